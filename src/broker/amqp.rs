@@ -1,0 +1,295 @@
+//! Declarations over AMQP: what `apply` writes, and what it can learn without the management API.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+use lapin::options::{
+    ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions,
+};
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
+
+use super::Endpoint;
+use crate::model::{ArgValue, Arguments, Binding, Exchange, Object, Queue};
+use crate::plan::{Difference, Live, LiveExchange, LiveQueue, Plan, Step};
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// One connection to one vhost, with a channel that is reopened after the broker closes it (as
+/// it does on every refused declaration).
+pub struct Session {
+    connection: Connection,
+    channel: Channel,
+}
+
+/// What happened to one step when the plan was carried out.
+pub enum Outcome {
+    Done,
+    /// The broker refused, for the reason given; nothing was changed by this step.
+    Refused(String),
+}
+
+impl Session {
+    pub async fn connect(endpoint: &Endpoint, vhost: &str) -> Result<Session> {
+        let mut failures = Vec::new();
+        for node in &endpoint.nodes {
+            let mut uri = node.clone();
+            uri.vhost = vhost.to_string();
+            let address = format!("{}:{}", uri.authority.host, uri.authority.port);
+            let attempt = tokio::time::timeout(
+                CONNECT_TIMEOUT,
+                Connection::connect_uri(uri, ConnectionProperties::default()),
+            )
+            .await;
+            match attempt {
+                Ok(Ok(connection)) => {
+                    let channel = connection.create_channel().await?;
+                    return Ok(Session { connection, channel });
+                }
+                Ok(Err(e)) => failures.push(format!("{address}: {}", explain_connect_error(&e, vhost, endpoint.username()))),
+                Err(_) => failures.push(format!("{address}: no answer within {}s", CONNECT_TIMEOUT.as_secs())),
+            }
+        }
+        bail!("cannot connect to RabbitMQ over AMQP ({})", failures.join("; "))
+    }
+
+    pub async fn close(self) {
+        let _ = self.connection.close(200, "bye".into()).await;
+    }
+
+    async fn reopen(&mut self) -> Result<()> {
+        if !self.channel.status().connected() {
+            self.channel = self.connection.create_channel().await.context("reopening an AMQP channel")?;
+        }
+        Ok(())
+    }
+
+    pub fn channel(&self) -> &Channel {
+        &self.channel
+    }
+
+    /// What the broker has of `objects`, learned by declaring them: passively to see whether they
+    /// exist, then as the spec wants them, which changes nothing when they are equivalent and is
+    /// refused (406) naming the first argument that differs when they are not. Bindings cannot
+    /// be read over AMQP.
+    pub async fn probe(&mut self, objects: &[Object]) -> Result<Live> {
+        let mut live = Live::default();
+        for object in objects {
+            match object {
+                Object::Exchange(e) => {
+                    if self.exchange_exists(&e.name).await? {
+                        let kind = match self.declare_exchange(e).await? {
+                            Outcome::Done => e.kind.clone(),
+                            Outcome::Refused(text) => parse_inequivalent(&text)
+                                .filter(|d| d.argument == "type")
+                                .and_then(|d| d.live)
+                                .unwrap_or_else(|| format!("refused: {text}")),
+                        };
+                        live.exchanges.insert(e.name.clone(), LiveExchange { kind, durable: e.durable });
+                    }
+                }
+                Object::Queue(q) => {
+                    if let Some((messages, consumers)) = self.queue_counts(&q.name).await? {
+                        let (arguments, refused) = match self.declare_queue(q).await? {
+                            Outcome::Done => (Some(q.arguments.clone()), None),
+                            Outcome::Refused(text) => (
+                                None,
+                                Some(parse_inequivalent(&text).unwrap_or(Difference {
+                                    argument: text,
+                                    live: None,
+                                    spec: None,
+                                })),
+                            ),
+                        };
+                        live.queues.insert(
+                            q.name.clone(),
+                            LiveQueue { durable: q.durable, arguments, refused, messages: Some(messages), consumers: Some(consumers) },
+                        );
+                    }
+                }
+                Object::Binding(_) => {}
+            }
+        }
+        Ok(live)
+    }
+
+    async fn exchange_exists(&mut self, name: &str) -> Result<bool> {
+        let options = ExchangeDeclareOptions { passive: true, ..Default::default() };
+        let r = self.channel.exchange_declare(short(name)?, ExchangeKind::Direct, options, FieldTable::default()).await;
+        self.soft(r, 404).await.map(|o| o.is_some())
+    }
+
+    /// Message and consumer counts, or `None` when the queue does not exist.
+    pub async fn queue_counts(&mut self, name: &str) -> Result<Option<(u64, u64)>> {
+        let options = QueueDeclareOptions { passive: true, ..Default::default() };
+        let r = self.channel.queue_declare(short(name)?, options, FieldTable::default()).await;
+        Ok(self.soft(r, 404).await?.map(|q| (u64::from(q.message_count()), u64::from(q.consumer_count()))))
+    }
+
+    async fn declare_exchange(&mut self, e: &Exchange) -> Result<Outcome> {
+        let options = ExchangeDeclareOptions { durable: e.durable, ..Default::default() };
+        let kind = match e.kind.as_str() {
+            "direct" => ExchangeKind::Direct,
+            "topic" => ExchangeKind::Topic,
+            "fanout" => ExchangeKind::Fanout,
+            "headers" => ExchangeKind::Headers,
+            other => ExchangeKind::Custom(other.to_string()),
+        };
+        let r = self.channel.exchange_declare(short(&e.name)?, kind, options, FieldTable::default()).await;
+        self.outcome(r).await
+    }
+
+    async fn declare_queue(&mut self, q: &Queue) -> Result<Outcome> {
+        let options = QueueDeclareOptions { durable: q.durable, ..Default::default() };
+        let r = self.channel.queue_declare(short(&q.name)?, options, field_table(&q.arguments)).await;
+        self.outcome(r).await
+    }
+
+    async fn bind(&mut self, b: &Binding) -> Result<Outcome> {
+        let r = self
+            .channel
+            .queue_bind(short(&b.destination)?, short(&b.source)?, short(&b.routing_key)?, QueueBindOptions::default(), FieldTable::default())
+            .await;
+        self.outcome(r).await
+    }
+
+    async fn unbind(&mut self, b: &Binding) -> Result<Outcome> {
+        let r = self
+            .channel
+            .queue_unbind(short(&b.destination)?, short(&b.source)?, short(&b.routing_key)?, FieldTable::default())
+            .await;
+        self.outcome(r).await
+    }
+
+    /// Deletes a queue only if it is empty and unused at that instant: the broker checks both,
+    /// so a message that arrived since the plan was made is never lost.
+    async fn delete_if_empty(&mut self, queue: &str) -> Result<Outcome> {
+        let options = QueueDeleteOptions { if_empty: true, if_unused: true, ..Default::default() };
+        let r = self.channel.queue_delete(short(queue)?, options).await;
+        self.outcome(r).await
+    }
+
+    /// Carries out the plan's changes in order, stopping at the first refusal.
+    pub async fn execute(&mut self, plan: &Plan) -> Result<Vec<(usize, Outcome)>> {
+        let mut outcomes = Vec::new();
+        for (i, step) in plan.steps.iter().enumerate() {
+            let outcome = match step {
+                Step::Create { object } | Step::Ensure { object } => match object {
+                    Object::Exchange(e) => self.declare_exchange(e).await?,
+                    Object::Queue(q) => self.declare_queue(q).await?,
+                    Object::Binding(b) => self.bind(b).await?,
+                },
+                Step::Unbind { binding } => self.unbind(binding).await?,
+                Step::Delete { queue } => self.delete_if_empty(queue).await?,
+                Step::InSync { .. } | Step::Conflict { .. } | Step::Extra { .. } => continue,
+            };
+            let stop = matches!(outcome, Outcome::Refused(_)) && !matches!(step, Step::Delete { .. });
+            outcomes.push((i, outcome));
+            if stop {
+                break;
+            }
+        }
+        Ok(outcomes)
+    }
+
+    /// A broker refusal (a channel error) becomes an `Outcome`; the channel is reopened.
+    async fn outcome<T>(&mut self, r: lapin::Result<T>) -> Result<Outcome> {
+        match r {
+            Ok(_) => Ok(Outcome::Done),
+            Err(e) => match soft_error(&e) {
+                Some((_, text)) => {
+                    self.reopen().await?;
+                    Ok(Outcome::Refused(text))
+                }
+                None => Err(anyhow!(e).context("AMQP connection failed")),
+            },
+        }
+    }
+
+    /// `Ok(None)` for the one channel error that is an answer (`expected`, such as 404).
+    async fn soft<T>(&mut self, r: lapin::Result<T>, expected: u16) -> Result<Option<T>> {
+        match r {
+            Ok(v) => Ok(Some(v)),
+            Err(e) => match soft_error(&e) {
+                Some((code, _)) if code == expected => {
+                    self.reopen().await?;
+                    Ok(None)
+                }
+                Some((_, text)) => {
+                    self.reopen().await?;
+                    Err(anyhow!("the broker refused: {text}"))
+                }
+                None => Err(anyhow!(e).context("AMQP connection failed")),
+            },
+        }
+    }
+}
+
+fn soft_error(e: &lapin::Error) -> Option<(u16, String)> {
+    match e.kind() {
+        lapin::ErrorKind::ProtocolError(amqp) if e.is_amqp_soft_error() => {
+            Some((amqp.get_id(), amqp.get_message().to_string()))
+        }
+        _ => None,
+    }
+}
+
+fn explain_connect_error(e: &lapin::Error, vhost: &str, user: &str) -> String {
+    let text = e.to_string();
+    if text.contains("ACCESS_REFUSED") || text.contains("403") || text.contains("authentication") {
+        format!("authentication failed for user `{user}` ({text})")
+    } else if text.contains("NOT_ALLOWED") || text.contains("530") {
+        format!("vhost `{vhost}` does not exist or user `{user}` has no access to it ({text}); create it with `rabbitmqctl add_vhost {vhost}`")
+    } else {
+        text
+    }
+}
+
+fn short(s: &str) -> Result<ShortString> {
+    ShortString::try_new(s).map_err(|_| anyhow!("`{s}` is longer than 255 bytes"))
+}
+
+pub fn field_table(args: &Arguments) -> FieldTable {
+    let mut table = FieldTable::default();
+    for (k, v) in args {
+        let value = match v {
+            ArgValue::Int(n) => AMQPValue::LongLongInt(*n),
+            ArgValue::Str(s) => AMQPValue::LongString(LongString::from(s.as_str())),
+        };
+        table.insert(ShortString::from(k.as_str()), value);
+    }
+    table
+}
+
+/// Reads RabbitMQ's equivalence failure: `inequivalent arg 'x-message-ttl' for queue 'q' in vhost
+/// '/': received the value '60000' of type 'signedint' but current is none`.
+pub fn parse_inequivalent(text: &str) -> Option<Difference> {
+    let rest = &text[text.find("inequivalent arg '")? + "inequivalent arg '".len()..];
+    let argument = rest[..rest.find('\'')?].to_string();
+    let received = &rest[rest.find("received ")? + "received ".len()..];
+    let (spec, current) = received.split_once(" but current is ")?;
+    Some(Difference { argument, live: value_of(current), spec: value_of(spec) })
+}
+
+fn value_of(text: &str) -> Option<String> {
+    let text = text.trim();
+    if text == "none" {
+        return None;
+    }
+    let start = text.find('\'')? + 1;
+    let end = start + text[start..].find('\'')?;
+    Some(text[start..end].to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_brokers_equivalence_failures() {
+        let d = parse_inequivalent("PRECONDITION_FAILED - inequivalent arg 'x-message-ttl' for queue 'jobs' in vhost '/': received the value '60000' of type 'signedint' but current is none").unwrap();
+        assert_eq!(d, Difference { argument: "x-message-ttl".into(), live: None, spec: Some("60000".into()) });
+        let d = parse_inequivalent("PRECONDITION_FAILED - inequivalent arg 'type' for exchange 'x' in vhost '/': received 'topic' but current is 'direct'").unwrap();
+        assert_eq!(d, Difference { argument: "type".into(), live: Some("direct".into()), spec: Some("topic".into()) });
+    }
+}

@@ -1,0 +1,110 @@
+//! Live state over the management HTTP API: three bulk listings per vhost.
+
+use std::collections::BTreeSet;
+
+use anyhow::{Result, anyhow};
+use rabbitmq_http_client::api::{Client, HttpClientError};
+use rabbitmq_http_client::commons::{BindingDestinationType, QueueType};
+use rabbitmq_http_client::requests::VirtualHostParams;
+
+use super::Endpoint;
+use crate::model::{ArgValue, Arguments, Binding};
+use crate::plan::{Live, LiveExchange, LiveQueue};
+
+pub type Api = Client<String, String, String>;
+
+pub fn client(endpoint: &Endpoint) -> Api {
+    Client::new(endpoint.management_url.clone(), endpoint.username().to_string(), endpoint.password().to_string())
+}
+
+/// Why the management API could not be used, in one sentence a user can act on.
+pub fn explain(endpoint: &Endpoint, e: &HttpClientError) -> String {
+    let url = &endpoint.management_url;
+    match e {
+        HttpClientError::ClientErrorResponse { status_code, .. } if status_code.as_u16() == 401 => format!(
+            "the management API at {url} refused user `{}` (401): it needs a user with the `monitoring` or `management` tag",
+            endpoint.username()
+        ),
+        HttpClientError::NotFound => format!("the management API at {url} answered 404: is the vhost there?"),
+        other => format!(
+            "the management API at {url} is unreachable ({other}); enable it with `rabbitmq-plugins enable rabbitmq_management` or pass --management-url"
+        ),
+    }
+}
+
+/// Exchanges, queues (with arguments and counts) and bindings of one vhost.
+pub async fn read(endpoint: &Endpoint, vhost: &str) -> Result<Live> {
+    let api = client(endpoint);
+    let err = |e: HttpClientError| anyhow!(explain(endpoint, &e));
+    if endpoint.management_url_derived {
+        same_broker(endpoint, &api.overview().await.map_err(err)?)?;
+    }
+    let exchanges = api.list_exchanges_in(vhost).await.map_err(err)?;
+    let queues = api.list_queues_in(vhost).await.map_err(err)?;
+    let bindings = api.list_bindings_in(vhost).await.map_err(err)?;
+
+    let mut live = Live { bindings: Some(BTreeSet::new()), ..Live::default() };
+    for e in exchanges {
+        live.exchanges.insert(e.name, LiveExchange { kind: e.exchange_type, durable: e.durable });
+    }
+    for q in queues {
+        let mut arguments: Arguments = q.arguments.0.iter().filter_map(|(k, v)| Some((k.clone(), arg(v)?))).collect();
+        // Older brokers leave out `x-queue-type` for queues declared without it.
+        arguments.entry("x-queue-type".into()).or_insert_with(|| ArgValue::Str(q.queue_type.clone()));
+        live.queues.insert(
+            q.name,
+            LiveQueue {
+                durable: q.durable,
+                arguments: Some(arguments),
+                refused: None,
+                messages: Some(q.message_count),
+                consumers: Some(u64::from(q.consumer_count)),
+            },
+        );
+    }
+    let set = live.bindings.as_mut().expect("set above");
+    for b in bindings {
+        if b.destination_type == BindingDestinationType::Queue && !b.source.is_empty() {
+            set.insert(Binding { source: b.source, destination: b.destination, routing_key: b.routing_key });
+        }
+    }
+    Ok(live)
+}
+
+/// A guessed management URL may reach another broker on the same host (two brokers side by side
+/// on different AMQP ports): reading its state would plan against the wrong broker.
+fn same_broker(endpoint: &Endpoint, overview: &rabbitmq_http_client::responses::Overview) -> Result<()> {
+    let ports: Vec<u32> = overview.listeners.iter().filter(|l| l.protocol.starts_with("amqp")).map(|l| l.port).collect();
+    if endpoint.nodes.iter().any(|n| ports.contains(&u32::from(n.authority.port))) {
+        return Ok(());
+    }
+    Err(anyhow!(
+        "the management API at {} belongs to a broker whose AMQP listeners are on port(s) {ports:?}, not {}; pass --management-url for this broker",
+        endpoint.management_url,
+        endpoint.describe()
+    ))
+}
+
+fn arg(v: &serde_json::Value) -> Option<ArgValue> {
+    match v {
+        serde_json::Value::String(s) => Some(ArgValue::Str(s.clone())),
+        serde_json::Value::Number(n) => n.as_i64().map(ArgValue::Int),
+        other => Some(ArgValue::Str(other.to_string())),
+    }
+}
+
+/// Creates a vhost (tests and quickstarts; `apply` itself never creates one).
+pub async fn create_vhost(endpoint: &Endpoint, name: &str) -> Result<()> {
+    let params = VirtualHostParams {
+        name,
+        description: Some("created by hopper"),
+        tags: None,
+        default_queue_type: Some(QueueType::Classic),
+        tracing: false,
+    };
+    client(endpoint).create_vhost(&params).await.map_err(|e| anyhow!(explain(endpoint, &e)))
+}
+
+pub async fn delete_vhost(endpoint: &Endpoint, name: &str) -> Result<()> {
+    client(endpoint).delete_vhost(name, true).await.map_err(|e| anyhow!(explain(endpoint, &e)))
+}

@@ -1,0 +1,58 @@
+//! `hopper compile`: the exchanges, queues and bindings a spec compiles to. Offline.
+
+use anyhow::Result;
+
+use super::SpecArgs;
+use crate::Exit;
+use crate::compile::compile;
+use crate::model::Object;
+use crate::output::{self, Format};
+
+/// Show what the spec compiles to, without a broker.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Example:\n  hopper compile topologies/orders.toml --format json")]
+pub struct Args {
+    #[command(flatten)]
+    pub spec: SpecArgs,
+}
+
+pub fn run(args: Args, format: Format) -> Result<Exit> {
+    let spec = match args.spec.load()? {
+        Ok(spec) => spec,
+        Err(exit) => return Ok(exit),
+    };
+    let compiled = compile(&spec);
+    if format == Format::Json {
+        output::json(&compiled)?;
+        return Ok(Exit::Ok);
+    }
+    for c in &compiled {
+        let t = &c.topology;
+        output::print(&format!(
+            "topology {} (vhost {}, {} {}, {} attempt(s))",
+            t.name,
+            t.vhost,
+            t.strategy_name(),
+            t.queue_type.as_str(),
+            t.max_attempts
+        ))?;
+        let mut table = output::table(&["kind", "name", "details"]);
+        for o in &c.objects {
+            let details = match o {
+                Object::Exchange(e) => format!("type={}, durable", e.kind),
+                Object::Queue(q) => {
+                    let args: Vec<_> = q.arguments.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                    format!("durable, {}", args.join(", "))
+                }
+                Object::Binding(b) => format!("routing key {:?}", b.routing_key),
+            };
+            let name = match o {
+                Object::Binding(b) => format!("{} -> {}", b.source, b.destination),
+                other => other.name(),
+            };
+            table.add_row(vec![o.kind().to_string(), name, details]);
+        }
+        output::print(&table.to_string())?;
+    }
+    Ok(Exit::Ok)
+}

@@ -1,0 +1,62 @@
+//! `hopper contract`: what a consumer must do when a message fails, attempt by attempt.
+
+use anyhow::Result;
+
+use super::SpecArgs;
+use crate::Exit;
+use crate::contract::{AttemptSource, contract};
+use crate::output::{self, Format};
+
+/// Print the consumer contract of each topology.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Example:\n  hopper contract topologies/ --format json > contract.json")]
+pub struct Args {
+    #[command(flatten)]
+    pub spec: SpecArgs,
+}
+
+pub fn run(args: Args, format: Format) -> Result<Exit> {
+    let spec = match args.spec.load()? {
+        Ok(spec) => spec,
+        Err(exit) => return Ok(exit),
+    };
+    let contracts: Vec<_> = spec.topologies.iter().map(contract).collect();
+    if format == Format::Json {
+        output::json(&contracts)?;
+        return Ok(Exit::Ok);
+    }
+    for c in &contracts {
+        let queues: Vec<_> = c.consume.iter().map(|q| q.queue.as_str()).collect();
+        let attempt_from = match &c.attempt_from {
+            AttemptSource::Header { header } => format!("header `{header}` (absent = 1)"),
+            AttemptSource::Queue => "the queue it came from".to_string(),
+        };
+        output::print(&format!(
+            "topology {} (vhost {}): consume {}; attempt number from {attempt_from}; acks manual, messages persistent",
+            c.topology,
+            c.vhost,
+            queues.join(", ")
+        ))?;
+        let mut table = output::table(&["attempt", "delivered from", "on failure", "message goes to"]);
+        for rule in &c.attempts {
+            let from = c
+                .consume
+                .iter()
+                .find(|q| q.attempt.is_none_or(|a| a == rule.attempt))
+                .map_or("", |q| q.queue.as_str());
+            let goes = match &rule.retry {
+                Some(r) => format!("{} for {}, then {}", r.wait_queue, r.delay, r.redelivered_from),
+                None => format!("{} (dead-letter queue)", rule.on_failure.reaches()),
+            };
+            table.add_row(vec![rule.attempt.to_string(), from.to_string(), rule.on_failure.describe(), goes]);
+        }
+        table.add_row(vec![
+            "poison".to_string(),
+            "any".to_string(),
+            c.poison.describe(),
+            format!("{} (dead-letter queue)", c.poison.reaches()),
+        ]);
+        output::print(&table.to_string())?;
+    }
+    Ok(Exit::Ok)
+}

@@ -1,0 +1,160 @@
+//! Spec errors rendered like rustc's: file:line:col, what is wrong, a caret under it, a hint.
+
+use std::io::{IsTerminal, Write};
+use std::ops::Range;
+use std::path::PathBuf;
+
+use codespan_reporting::diagnostic::{Diagnostic as Rendered, Label};
+use codespan_reporting::files::{Files, SimpleFiles};
+use codespan_reporting::term::{self, termcolor};
+
+/// Index of a file in [`Sources`].
+pub type FileId = usize;
+
+/// Every spec file read in one run, kept so that errors can quote them.
+#[derive(Default)]
+pub struct Sources {
+    files: SimpleFiles<String, String>,
+    paths: Vec<PathBuf>,
+}
+
+impl Sources {
+    pub fn add(&mut self, path: PathBuf, text: String) -> FileId {
+        self.paths.push(path.clone());
+        self.files.add(path.display().to_string(), text)
+    }
+
+    pub fn len(&self) -> usize {
+        self.paths.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.paths.is_empty()
+    }
+
+    pub fn text(&self, file: FileId) -> &str {
+        self.files.get(file).map(|f| f.source().as_str()).unwrap_or("")
+    }
+
+    pub fn path(&self, file: FileId) -> &std::path::Path {
+        &self.paths[file]
+    }
+}
+
+/// One problem in a spec, pointing at the bytes that cause it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Diagnostic {
+    pub file: FileId,
+    pub span: Range<usize>,
+    pub message: String,
+    /// Short text under the caret.
+    pub label: String,
+    pub hint: Option<String>,
+    /// A second place worth showing, such as the first definition of a duplicate.
+    pub related: Option<(FileId, Range<usize>, String)>,
+}
+
+impl Diagnostic {
+    pub fn new(file: FileId, span: Range<usize>, message: impl Into<String>) -> Self {
+        Diagnostic {
+            file,
+            span,
+            message: message.into(),
+            label: String::new(),
+            hint: None,
+            related: None,
+        }
+    }
+
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.label = label.into();
+        self
+    }
+
+    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+
+    pub fn related(mut self, file: FileId, span: Range<usize>, label: impl Into<String>) -> Self {
+        self.related = Some((file, span, label.into()));
+        self
+    }
+}
+
+/// A spec that cannot be used, with everything wrong in it.
+pub struct SpecError {
+    pub sources: Sources,
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+/// Where a diagnostic points, 1-based, as an editor shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Position {
+    pub path: PathBuf,
+    pub line: usize,
+    pub column: usize,
+}
+
+impl std::fmt::Display for Position {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}:{}", self.path.display(), self.line, self.column)
+    }
+}
+
+impl SpecError {
+    pub fn position(&self, d: &Diagnostic) -> Position {
+        let loc = self
+            .sources
+            .files
+            .location(d.file, d.span.start)
+            .expect("diagnostic span lies inside its file");
+        Position {
+            path: self.sources.path(d.file).to_path_buf(),
+            line: loc.line_number,
+            column: loc.column_number,
+        }
+    }
+
+    /// The diagnostics as rustc would print them, without colour.
+    pub fn render_plain(&self) -> String {
+        let mut out = String::new();
+        for d in &self.diagnostics {
+            term::emit_to_string(&mut out, &term::Config::default(), &self.sources.files, &to_rendered(d))
+                .expect("diagnostic spans lie inside their files");
+        }
+        out
+    }
+
+    /// Writes every diagnostic to stderr, in colour only on a terminal and never with NO_COLOR.
+    pub fn emit(&self) {
+        let choice = if std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none() {
+            termcolor::ColorChoice::Auto
+        } else {
+            termcolor::ColorChoice::Never
+        };
+        let stream = termcolor::StandardStream::stderr(choice);
+        let mut lock = stream.lock();
+        for d in &self.diagnostics {
+            let _ = term::emit_to_write_style(&mut lock, &term::Config::default(), &self.sources.files, &to_rendered(d));
+        }
+        let n = self.diagnostics.len();
+        let _ = writeln!(
+            lock,
+            "error: the spec has {n} error{}; nothing was sent to the broker",
+            if n == 1 { "" } else { "s" }
+        );
+    }
+}
+
+fn to_rendered(d: &Diagnostic) -> Rendered<FileId> {
+    let mut labels = vec![Label::primary(d.file, d.span.clone()).with_message(d.label.clone())];
+    if let Some((file, span, label)) = &d.related {
+        labels.push(Label::secondary(*file, span.clone()).with_message(label.clone()));
+    }
+    let mut rendered = Rendered::error().with_message(d.message.clone()).with_labels(labels);
+    if let Some(hint) = &d.hint {
+        rendered = rendered.with_notes(vec![format!("hint: {hint}")]);
+    }
+    rendered
+}

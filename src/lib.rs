@@ -1,0 +1,48 @@
+//! hopper compiles RabbitMQ retry topologies from TOML and applies them without losing messages.
+//! Data flows one way: spec → compile → plan → broker → output.
+
+pub mod broker;
+pub mod commands;
+pub mod compile;
+pub mod contract;
+pub mod diagnostic;
+pub mod model;
+pub mod output;
+pub mod plan;
+pub mod spec;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+/// Exit codes, documented in the README.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// Done; for `apply`, the broker matches the spec.
+    Ok = 0,
+    /// Differences found (`diff`, `lint`); reserved for them.
+    Drift = 1,
+    /// Invalid spec or arguments, broker unreachable, authentication failed.
+    Error = 2,
+    /// `apply` refused: the broker holds an object the spec cannot reach without losing messages.
+    Conflict = 3,
+}
+
+impl From<Exit> for ExitCode {
+    fn from(e: Exit) -> ExitCode {
+        ExitCode::from(e as u8)
+    }
+}
+
+/// The whole program, for `main`.
+pub fn run() -> ExitCode {
+    let cli = commands::Cli::parse();
+    match commands::run(cli) {
+        Ok(exit) => exit.into(),
+        Err(e) if output::is_broken_pipe(&e) => Exit::Ok.into(),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            Exit::Error.into()
+        }
+    }
+}

@@ -1,0 +1,49 @@
+//! Tables, JSON and plain lines on stdout. A closed pipe (`hopper ... | head`) is not an error.
+
+use std::io::{IsTerminal, Write};
+
+use comfy_table::{ContentArrangement, Table, presets};
+use serde::Serialize;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+}
+
+/// Colour only on a terminal, and never with NO_COLOR.
+pub fn colour() -> bool {
+    std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none()
+}
+
+pub fn print(text: &str) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    if !text.ends_with('\n') {
+        out.write_all(b"\n")?;
+    }
+    out.flush()
+}
+
+pub fn json<T: Serialize>(value: &T) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(value)?;
+    Ok(print(&text)?)
+}
+
+pub fn table(header: &[&str]) -> Table {
+    let mut t = Table::new();
+    t.load_style(presets::UTF8_BORDERS_ONLY).set_content_arrangement(ContentArrangement::Dynamic).set_header(header.to_vec());
+    if !colour() {
+        t.force_no_tty();
+    }
+    t
+}
+
+/// Wraps text in an ANSI colour when colour is on.
+pub fn paint(text: &str, ansi: &str) -> String {
+    if colour() { format!("\x1b[{ansi}m{text}\x1b[0m") } else { text.to_string() }
+}
+
+pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
+}

@@ -1,0 +1,396 @@
+//! Desired objects against live state: what to create, what is already there, what cannot be
+//! changed in place, what is left over. Pure: the broker module fills `Live`, and executes the
+//! plan.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use crate::compile::CompiledTopology;
+use crate::model::{ArgValue, Arguments, Binding, Exchange, Object, Queue, Role};
+
+/// What the broker holds in one vhost, as far as it could be read.
+#[derive(Debug, Clone, Default)]
+pub struct Live {
+    pub exchanges: BTreeMap<String, LiveExchange>,
+    pub queues: BTreeMap<String, LiveQueue>,
+    /// `None` when bindings cannot be listed (no management API): they are declared again,
+    /// which is idempotent.
+    pub bindings: Option<BTreeSet<Binding>>,
+}
+
+#[derive(Debug, Clone)]
+pub struct LiveExchange {
+    pub kind: String,
+    pub durable: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct LiveQueue {
+    pub durable: bool,
+    /// `None` when they could not be read.
+    pub arguments: Option<Arguments>,
+    /// Set when the broker itself refused the spec's declaration (AMQP only: a 406).
+    pub refused: Option<Difference>,
+    pub messages: Option<u64>,
+    pub consumers: Option<u64>,
+}
+
+/// One argument (or property) that differs between the broker and the spec.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Difference {
+    pub argument: String,
+    /// `None`: not set.
+    pub live: Option<String>,
+    pub spec: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum Step {
+    Create { object: Object },
+    InSync { object: Object },
+    /// Exists or may exist, and cannot be read: declared again, which RabbitMQ checks.
+    Ensure { object: Object },
+    Conflict { object: Object, differences: Vec<Difference>, ways_out: Vec<String> },
+    /// A binding between this topology's exchanges and queues that the spec no longer has,
+    /// removed only after the bindings that replace it exist.
+    Unbind { binding: Binding },
+    /// A queue under this topology's generated names that the spec no longer has.
+    Extra { queue: String, messages: Option<u64>, consumers: Option<u64>, drains_into: Option<String>, kept_because: Option<String> },
+    /// An extra queue removed by `--prune`: it was empty and unused.
+    Delete { queue: String },
+}
+
+impl Step {
+    pub fn changes(&self) -> bool {
+        matches!(self, Step::Create { .. } | Step::Ensure { .. } | Step::Unbind { .. } | Step::Delete { .. })
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    pub vhost: String,
+    pub steps: Vec<Step>,
+}
+
+impl Plan {
+    pub fn conflicts(&self) -> impl Iterator<Item = &Step> {
+        self.steps.iter().filter(|s| matches!(s, Step::Conflict { .. }))
+    }
+
+    pub fn has_changes(&self) -> bool {
+        self.steps.iter().any(Step::changes)
+    }
+}
+
+/// Every object of the vhost's topologies, sinks first, each declared once (a main exchange may
+/// be shared by several topologies).
+pub fn desired(topologies: &[&CompiledTopology]) -> Vec<Object> {
+    let mut seen = BTreeSet::new();
+    let mut objects = Vec::new();
+    for t in topologies {
+        for o in &t.objects {
+            if seen.insert((o.kind(), o.name())) {
+                objects.push(o.clone());
+            }
+        }
+    }
+    objects
+}
+
+pub fn plan(vhost: &str, topologies: &[&CompiledTopology], live: &Live, prune: bool) -> Plan {
+    let objects = desired(topologies);
+    let mut steps: Vec<Step> = objects.iter().map(|o| step(o, live)).collect();
+
+    let wanted: BTreeSet<&Binding> = objects
+        .iter()
+        .filter_map(|o| if let Object::Binding(b) = o { Some(b) } else { None })
+        .collect();
+    let queues: BTreeSet<String> = objects
+        .iter()
+        .filter_map(|o| if let Object::Queue(q) = o { Some(q.name.clone()) } else { None })
+        .collect();
+
+    // Bindings from a topology's own exchanges to its own queues are hopper's to move; anything
+    // else bound there (an audit queue on the main exchange) belongs to someone else.
+    if let Some(bindings) = &live.bindings {
+        let mut owned_queues = queues.clone();
+        let mut exchanges = BTreeSet::new();
+        for t in topologies {
+            let t = &t.topology;
+            exchanges.extend([t.exchange.clone(), t.retry_exchange.clone(), t.dead_letter_exchange.clone()]);
+            owned_queues.extend(live.queues.keys().filter(|q| is_generated(t, q)).cloned());
+        }
+        for b in bindings {
+            if exchanges.contains(&b.source) && owned_queues.contains(&b.destination) && !wanted.contains(b) {
+                steps.push(Step::Unbind { binding: b.clone() });
+            }
+        }
+    }
+
+    for t in topologies {
+        let t = &t.topology;
+        for (name, q) in live.queues.iter().filter(|(name, _)| is_generated(t, name) && !queues.contains(*name)) {
+            let drains_into = q
+                .arguments
+                .as_ref()
+                .and_then(|a| a.get("x-dead-letter-routing-key"))
+                .map(|v| match v {
+                    ArgValue::Str(s) => s.clone(),
+                    ArgValue::Int(n) => n.to_string(),
+                });
+            let empty = q.messages == Some(0) && q.consumers == Some(0);
+            let kept_because = match (prune, empty) {
+                (true, true) => {
+                    steps.push(Step::Delete { queue: name.clone() });
+                    continue;
+                }
+                (false, _) => "pass --prune to remove it once it is empty".to_string(),
+                (true, false) => match (q.messages, q.consumers) {
+                    (Some(m), Some(c)) if m > 0 && c > 0 => format!("it holds {m} message(s) and has {c} consumer(s)"),
+                    (Some(m), _) if m > 0 => format!("it holds {m} message(s); it drains by itself, prune again later"),
+                    (_, Some(c)) if c > 0 => format!("it has {c} consumer(s)"),
+                    _ => "its message and consumer counts could not be read".to_string(),
+                },
+            };
+            steps.push(Step::Extra {
+                queue: name.clone(),
+                messages: q.messages,
+                consumers: q.consumers,
+                drains_into,
+                kept_because: Some(kept_because),
+            });
+        }
+    }
+    Plan { vhost: vhost.to_string(), steps }
+}
+
+fn is_generated(t: &crate::spec::Topology, queue: &str) -> bool {
+    t.generated_prefixes().iter().any(|p| queue.starts_with(p.as_str()))
+}
+
+fn step(object: &Object, live: &Live) -> Step {
+    let object = object.clone();
+    match &object {
+        Object::Exchange(e) => match live.exchanges.get(&e.name) {
+            None => Step::Create { object },
+            Some(l) => {
+                let differences = exchange_differences(e, l);
+                if differences.is_empty() {
+                    Step::InSync { object }
+                } else {
+                    let ways_out = exchange_ways_out(e);
+                    Step::Conflict { object, differences, ways_out }
+                }
+            }
+        },
+        Object::Queue(q) => match live.queues.get(&q.name) {
+            None => Step::Create { object },
+            Some(l) => {
+                let differences = match (&l.refused, &l.arguments) {
+                    (Some(d), _) => vec![d.clone()],
+                    (None, Some(args)) => queue_differences(q, l.durable, args),
+                    (None, None) => return Step::Ensure { object },
+                };
+                if differences.is_empty() {
+                    Step::InSync { object }
+                } else {
+                    let ways_out = queue_ways_out(q, &differences, l.messages);
+                    Step::Conflict { object, differences, ways_out }
+                }
+            }
+        },
+        Object::Binding(b) => match &live.bindings {
+            None => Step::Ensure { object },
+            Some(set) if set.contains(b) => Step::InSync { object },
+            Some(_) => Step::Create { object },
+        },
+    }
+}
+
+fn exchange_differences(e: &Exchange, l: &LiveExchange) -> Vec<Difference> {
+    let mut d = Vec::new();
+    if e.kind != l.kind {
+        d.push(Difference { argument: "type".into(), live: Some(l.kind.clone()), spec: Some(e.kind.clone()) });
+    }
+    if e.durable != l.durable {
+        d.push(Difference { argument: "durable".into(), live: Some(l.durable.to_string()), spec: Some(e.durable.to_string()) });
+    }
+    d
+}
+
+/// Compares as RabbitMQ does: every integer width is equal, and a queue without `x-queue-type`
+/// is a classic queue.
+pub fn queue_differences(q: &Queue, live_durable: bool, live: &Arguments) -> Vec<Difference> {
+    let mut live = live.clone();
+    live.entry("x-queue-type".into()).or_insert_with(|| ArgValue::Str("classic".into()));
+    let mut d = Vec::new();
+    if q.durable != live_durable {
+        d.push(Difference { argument: "durable".into(), live: Some(live_durable.to_string()), spec: Some(q.durable.to_string()) });
+    }
+    let keys: BTreeSet<&String> = q.arguments.keys().chain(live.keys()).collect();
+    for key in keys {
+        let (spec, live) = (q.arguments.get(key), live.get(key));
+        if spec != live {
+            d.push(Difference {
+                argument: key.clone(),
+                live: live.map(ToString::to_string),
+                spec: spec.map(ToString::to_string),
+            });
+        }
+    }
+    d
+}
+
+fn exchange_ways_out(e: &Exchange) -> Vec<String> {
+    vec![
+        format!("change the spec back to what exchange `{}` is on the broker", e.name),
+        format!(
+            "or give the exchange another name in the spec (`exchange = \"{}.v2\"`), move producers to it, then delete `{}` yourself",
+            e.name, e.name
+        ),
+    ]
+}
+
+fn queue_ways_out(q: &Queue, differences: &[Difference], messages: Option<u64>) -> Vec<String> {
+    let held = match messages {
+        Some(0) => "it is empty now".to_string(),
+        Some(n) => format!("it holds {n} message(s) now"),
+        None => "its message count is unknown".to_string(),
+    };
+    let args: Vec<_> = differences.iter().map(|d| format!("`{}`", d.argument)).collect();
+    let mut ways = vec![format!(
+        "change the spec back to the broker's value of {} for queue `{}`",
+        args.join(", "),
+        q.name
+    )];
+    if matches!(q.role, Role::Work { .. }) {
+        ways.push(format!(
+            "or migrate without losing messages: set `queue = \"{}-v2\"` in the spec, apply, move consumers to the new queue, let `{}` drain ({held}), then delete it by name (rabbitmqctl delete_queue {} --if-empty)",
+            q.name, q.name, q.name
+        ));
+    } else {
+        ways.push(format!(
+            "or let `{}` drain ({held}), then delete it by name (rabbitmqctl delete_queue {} --if-empty) and apply again",
+            q.name, q.name
+        ));
+    }
+    ways.push("hopper never deletes or redeclares a queue that holds messages to change its arguments".into());
+    ways
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compile::compile;
+    use crate::spec;
+
+    fn compiled(toml: &str) -> Vec<CompiledTopology> {
+        compile(&spec::from_str("t.toml", toml).unwrap_or_else(|e| panic!("{}", e.render_plain())))
+    }
+
+    const ORDERS: &str = r#"
+        [topology.orders]
+        delays = ["5s", "30s"]
+        max_attempts = 3
+    "#;
+
+    fn live_from(objects: &[Object]) -> Live {
+        let mut live = Live { bindings: Some(BTreeSet::new()), ..Live::default() };
+        for o in objects {
+            match o {
+                Object::Exchange(e) => {
+                    live.exchanges.insert(e.name.clone(), LiveExchange { kind: e.kind.clone(), durable: e.durable });
+                }
+                Object::Queue(q) => {
+                    live.queues.insert(
+                        q.name.clone(),
+                        LiveQueue { durable: true, arguments: Some(q.arguments.clone()), refused: None, messages: Some(0), consumers: Some(0) },
+                    );
+                }
+                Object::Binding(b) => {
+                    live.bindings.as_mut().unwrap().insert(b.clone());
+                }
+            }
+        }
+        live
+    }
+
+    #[test]
+    fn an_empty_broker_gets_everything_created() {
+        let c = compiled(ORDERS);
+        let p = plan("/", &[&c[0]], &Live { bindings: Some(BTreeSet::new()), ..Live::default() }, false);
+        assert!(p.steps.iter().all(|s| matches!(s, Step::Create { .. })));
+        assert_eq!(p.steps.len(), c[0].objects.len());
+    }
+
+    #[test]
+    fn a_converged_broker_needs_nothing() {
+        let c = compiled(ORDERS);
+        let p = plan("/", &[&c[0]], &live_from(&c[0].objects), false);
+        assert!(!p.has_changes(), "{:#?}", p.steps);
+        assert!(p.steps.iter().all(|s| matches!(s, Step::InSync { .. })));
+    }
+
+    #[test]
+    fn a_changed_delay_creates_a_queue_moves_the_binding_and_keeps_the_old_queue() {
+        let old = compiled(ORDERS);
+        let mut live = live_from(&old[0].objects);
+        live.queues.get_mut("orders.wait-30s").unwrap().messages = Some(3);
+        let new = compiled(&ORDERS.replace("30s", "45s"));
+        let p = plan("/", &[&new[0]], &live, true);
+        let created: Vec<_> = p.steps.iter().filter_map(|s| if let Step::Create { object } = s { Some(object.name()) } else { None }).collect();
+        assert_eq!(created, vec!["orders.wait-45s".to_string(), "orders.retry -> orders.wait-45s (\"2\")".to_string()]);
+        let unbinds: Vec<_> = p.steps.iter().filter_map(|s| if let Step::Unbind { binding } = s { Some(binding.to_string()) } else { None }).collect();
+        assert_eq!(unbinds, vec!["orders.retry -> orders.wait-30s (\"2\")".to_string()]);
+        // The unbind comes after the binding that replaces it.
+        let pos = |f: &dyn Fn(&Step) -> bool| p.steps.iter().position(f).unwrap();
+        assert!(pos(&|s| matches!(s, Step::Unbind { .. })) > pos(&|s| matches!(s, Step::Create { object: Object::Binding(_) })));
+        // Holding messages, it is kept even with --prune, and said to drain into the main queue.
+        assert!(p.steps.iter().any(|s| matches!(s, Step::Extra { queue, drains_into: Some(d), .. } if queue == "orders.wait-30s" && d == "orders")));
+        assert!(!p.steps.iter().any(|s| matches!(s, Step::Delete { .. })));
+        assert!(p.conflicts().next().is_none());
+    }
+
+    #[test]
+    fn an_empty_extra_is_deleted_only_with_prune() {
+        let old = compiled(ORDERS);
+        let live = live_from(&old[0].objects);
+        let new = compiled(&ORDERS.replace("30s", "45s"));
+        assert!(!plan("/", &[&new[0]], &live, false).steps.iter().any(|s| matches!(s, Step::Delete { .. })));
+        assert!(plan("/", &[&new[0]], &live, true).steps.iter().any(|s| matches!(s, Step::Delete { queue } if queue == "orders.wait-30s")));
+    }
+
+    #[test]
+    fn a_changed_argument_is_a_conflict_with_both_values_and_ways_out() {
+        let c = compiled(ORDERS);
+        let mut live = live_from(&c[0].objects);
+        let q = live.queues.get_mut("orders").unwrap();
+        q.arguments.as_mut().unwrap().insert("x-delivery-limit".into(), ArgValue::Int(5));
+        let p = plan("/", &[&c[0]], &live, false);
+        let conflicts: Vec<_> = p.conflicts().collect();
+        assert_eq!(conflicts.len(), 1);
+        let Step::Conflict { object, differences, ways_out } = conflicts[0] else { unreachable!() };
+        assert_eq!(object.name(), "orders");
+        assert_eq!(differences, &vec![Difference { argument: "x-delivery-limit".into(), live: Some("5".into()), spec: Some("20".into()) }]);
+        assert!(ways_out.iter().any(|w| w.contains("orders-v2")));
+    }
+
+    #[test]
+    fn a_missing_queue_type_argument_means_classic() {
+        let c = compiled(&format!("[defaults]\nqueue_type = \"classic\"\n{ORDERS}"));
+        let Object::Queue(q) = c[0].objects.iter().find(|o| o.name() == "orders").unwrap() else { unreachable!() };
+        let mut live = q.arguments.clone();
+        live.remove("x-queue-type");
+        assert!(queue_differences(q, true, &live).is_empty());
+    }
+
+    #[test]
+    fn bindings_of_other_owners_on_the_main_exchange_are_left_alone() {
+        let c = compiled(ORDERS);
+        let mut live = live_from(&c[0].objects);
+        live.bindings.as_mut().unwrap().insert(Binding { source: "orders".into(), destination: "audit".into(), routing_key: "#".into() });
+        assert!(!plan("/", &[&c[0]], &live, false).has_changes());
+    }
+}

@@ -1,0 +1,213 @@
+//! The spec: TOML files describing retry topologies, read with byte spans so that every mistake is
+//! reported at its file, line and column before anything reaches a broker.
+
+mod duration;
+mod parse;
+mod validate;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Serialize;
+
+pub use crate::diagnostic::{Diagnostic, FileId, Sources, SpecError};
+pub use duration::format_duration;
+
+/// The largest TTL RabbitMQ accepts (`rabbit_misc:check_expiry`): ten years in milliseconds.
+pub const MAX_TTL_MS: u128 = 315_360_000_000;
+/// Deliveries per message we accept; a typo such as 40 for 4 should not create 39 queues.
+pub const MAX_ATTEMPTS: i64 = 100;
+/// A quorum queue's delivery limit when the spec does not set one. RabbitMQ 3.x has no limit at
+/// all (a crashing consumer loops forever); 4.x uses 20 but drops the message if no dead-letter
+/// exchange is set. hopper always sets both.
+pub const DEFAULT_DELIVERY_LIMIT: i64 = 20;
+
+/// Every topology of every spec file, validated.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    pub topologies: Vec<Topology>,
+}
+
+/// One retry topology after `[defaults]` were applied and every value was checked.
+#[derive(Debug, Clone, Serialize)]
+pub struct Topology {
+    pub name: String,
+    pub vhost: String,
+    pub exchange: String,
+    pub exchange_type: ExchangeType,
+    pub routing_keys: Vec<String>,
+    /// The wait before each retry hop: `hop_delays[0]` follows the first failed delivery.
+    #[serde(serialize_with = "duration::serialize_all")]
+    pub hop_delays: Vec<Duration>,
+    pub max_attempts: u32,
+    pub strategy: Strategy,
+    pub queue_type: QueueType,
+    pub queue: String,
+    pub retry_exchange: String,
+    pub dead_letter_exchange: String,
+    pub dead_letter_queue: String,
+    /// Only for quorum queues.
+    pub delivery_limit: Option<i64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExchangeType {
+    Direct,
+    Topic,
+    Fanout,
+}
+
+impl ExchangeType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExchangeType::Direct => "direct",
+            ExchangeType::Topic => "topic",
+            ExchangeType::Fanout => "fanout",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Strategy {
+    Republish,
+    Chain,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QueueType {
+    Quorum,
+    Classic,
+}
+
+impl QueueType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QueueType::Quorum => "quorum",
+            QueueType::Classic => "classic",
+        }
+    }
+}
+
+/// Why a spec could not be loaded.
+pub enum LoadError {
+    /// A path that cannot be read, or a directory without `*.toml` files.
+    Io(String),
+    /// Files that were read but are wrong; every problem found, with its position.
+    Invalid(SpecError),
+}
+
+/// Reads files and directories of `*.toml` (sorted by name) into one validated spec.
+/// `vhost_override` replaces every file's `vhost`, as `--vhost` does.
+pub fn load(paths: &[PathBuf], vhost_override: Option<&str>) -> Result<Spec, LoadError> {
+    let mut sources = Sources::default();
+    for path in expand(paths)? {
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| LoadError::Io(format!("cannot read {}: {e}", path.display())))?;
+        sources.add(path, text);
+    }
+    from_sources(sources, vhost_override).map_err(LoadError::Invalid)
+}
+
+/// Parses and validates files already in memory. Pure: the unit tests' entry point.
+pub fn from_sources(sources: Sources, vhost_override: Option<&str>) -> Result<Spec, SpecError> {
+    let mut diagnostics = Vec::new();
+    let mut drafts = Vec::new();
+    for file in 0..sources.len() {
+        drafts.extend(parse::parse_file(file, sources.text(file), &mut diagnostics));
+    }
+    let topologies = validate::validate(drafts, vhost_override, &mut diagnostics);
+    if diagnostics.is_empty() {
+        Ok(Spec { topologies })
+    } else {
+        Err(SpecError { sources, diagnostics })
+    }
+}
+
+/// Parses one TOML text, for tests and for `-` style callers.
+pub fn from_str(name: &str, text: &str) -> Result<Spec, SpecError> {
+    let mut sources = Sources::default();
+    sources.add(PathBuf::from(name), text.to_string());
+    from_sources(sources, None)
+}
+
+fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, LoadError> {
+    let mut files = Vec::new();
+    for path in paths {
+        if path.is_dir() {
+            let mut found: Vec<PathBuf> = std::fs::read_dir(path)
+                .map_err(|e| LoadError::Io(format!("cannot read directory {}: {e}", path.display())))?
+                .filter_map(|entry| entry.ok().map(|e| e.path()))
+                .filter(|p| p.is_file() && p.extension().is_some_and(|ext| ext == "toml"))
+                .collect();
+            if found.is_empty() {
+                return Err(LoadError::Io(format!(
+                    "{} holds no *.toml files; give a spec file or a directory of them",
+                    path.display()
+                )));
+            }
+            found.sort();
+            files.extend(found);
+        } else if path.exists() {
+            files.push(path.clone());
+        } else {
+            return Err(LoadError::Io(format!("{}: no such file or directory", display(path))));
+        }
+    }
+    Ok(files)
+}
+
+fn display(path: &Path) -> String {
+    path.display().to_string()
+}
+
+/// Names derive from the main queue's name, so that they are stable and documented. A wait
+/// queue's name holds its delay: a changed delay is a new queue, never a changed argument.
+impl Topology {
+    pub fn hops(&self) -> u32 {
+        self.max_attempts - 1
+    }
+
+    /// The delay before retry hop `hop` (1-based).
+    pub fn delay(&self, hop: u32) -> Duration {
+        self.hop_delays[hop as usize - 1]
+    }
+
+    /// The queue a message waits in after failing delivery number `hop`.
+    pub fn wait_queue(&self, hop: u32) -> String {
+        let delay = format_duration(self.delay(hop));
+        match self.strategy {
+            Strategy::Republish => format!("{}.wait-{delay}", self.queue),
+            Strategy::Chain => format!("{}.hop-{hop}.wait-{delay}", self.queue),
+        }
+    }
+
+    /// The queue consumers read for delivery number `attempt` (1-based).
+    pub fn work_queue(&self, attempt: u32) -> String {
+        match (self.strategy, attempt) {
+            (Strategy::Chain, 2..) => format!("{}.attempt-{attempt}", self.queue),
+            _ => self.queue.clone(),
+        }
+    }
+
+    /// Prefixes under which hopper names this topology's generated queues; a live queue under
+    /// one of them that the spec no longer has is left over from an earlier version of the spec.
+    pub fn generated_prefixes(&self) -> Vec<String> {
+        vec![
+            format!("{}.wait-", self.queue),
+            format!("{}.hop-", self.queue),
+            format!("{}.attempt-", self.queue),
+        ]
+    }
+}
+
+impl Topology {
+    pub fn strategy_name(&self) -> &'static str {
+        match self.strategy {
+            Strategy::Republish => "republish",
+            Strategy::Chain => "chain",
+        }
+    }
+}

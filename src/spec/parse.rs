@@ -1,0 +1,365 @@
+//! From TOML text to drafts: every key known, every value of the right type, every position kept.
+//! Values are checked for meaning in `validate`.
+
+use std::borrow::Cow;
+use std::ops::Range;
+use std::time::Duration;
+
+use toml::Spanned;
+use toml::de::{DeTable, DeValue};
+
+use super::duration;
+use crate::diagnostic::{Diagnostic, FileId};
+
+/// A value and where it was written.
+#[derive(Debug, Clone)]
+pub(super) struct Loc<T> {
+    pub value: T,
+    pub file: FileId,
+    pub span: Range<usize>,
+}
+
+impl<T> Loc<T> {
+    pub fn diag(&self, message: impl Into<String>) -> Diagnostic {
+        Diagnostic::new(self.file, self.span.clone(), message)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct Backoff {
+    pub initial: Option<Loc<Duration>>,
+    pub multiplier: Option<Loc<f64>>,
+    pub max: Option<Loc<Duration>>,
+}
+
+/// The fields a `[topology.NAME]` or `[defaults]` table may set; `None` where it is silent.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Fields {
+    pub exchange: Option<Loc<String>>,
+    pub exchange_type: Option<Loc<String>>,
+    pub routing_keys: Option<Loc<Vec<Loc<String>>>>,
+    pub delays: Option<Loc<Vec<Loc<Duration>>>>,
+    pub max_attempts: Option<Loc<i64>>,
+    pub backoff: Option<Loc<Backoff>>,
+    pub strategy: Option<Loc<String>>,
+    pub queue_type: Option<Loc<String>>,
+    pub queue: Option<Loc<String>>,
+    pub retry_exchange: Option<Loc<String>>,
+    pub dead_letter_exchange: Option<Loc<String>>,
+    pub dead_letter_queue: Option<Loc<String>>,
+    pub delivery_limit: Option<Loc<i64>>,
+}
+
+impl Fields {
+    /// The topology's own value where it has one, the default's otherwise.
+    fn or(self, defaults: &Fields) -> Fields {
+        Fields {
+            exchange: self.exchange.or_else(|| defaults.exchange.clone()),
+            exchange_type: self.exchange_type.or_else(|| defaults.exchange_type.clone()),
+            routing_keys: self.routing_keys.or_else(|| defaults.routing_keys.clone()),
+            delays: self.delays.or_else(|| defaults.delays.clone()),
+            max_attempts: self.max_attempts.or_else(|| defaults.max_attempts.clone()),
+            backoff: self.backoff.or_else(|| defaults.backoff.clone()),
+            strategy: self.strategy.or_else(|| defaults.strategy.clone()),
+            queue_type: self.queue_type.or_else(|| defaults.queue_type.clone()),
+            queue: self.queue.or_else(|| defaults.queue.clone()),
+            retry_exchange: self.retry_exchange.or_else(|| defaults.retry_exchange.clone()),
+            dead_letter_exchange: self.dead_letter_exchange.or_else(|| defaults.dead_letter_exchange.clone()),
+            dead_letter_queue: self.dead_letter_queue.or_else(|| defaults.dead_letter_queue.clone()),
+            delivery_limit: self.delivery_limit.or_else(|| defaults.delivery_limit.clone()),
+        }
+    }
+}
+
+/// A topology as written, defaults applied, not yet checked for meaning.
+#[derive(Debug, Clone)]
+pub(super) struct Draft {
+    pub name: Loc<String>,
+    pub vhost: Option<Loc<String>>,
+    pub fields: Fields,
+}
+
+/// Key, what its value must be, and an example to show in a hint.
+const TOPOLOGY_KEYS: &[(&str, &str, &str)] = &[
+    ("exchange", "a string", r#"exchange = "orders""#),
+    ("exchange_type", "a string", r#"exchange_type = "topic"  # direct | topic | fanout"#),
+    ("routing_keys", "an array of strings", r#"routing_keys = ["order.created", "order.paid"]"#),
+    ("delays", "an array of durations", r#"delays = ["5s", "30s", "5m"]"#),
+    ("max_attempts", "an integer", "max_attempts = 4"),
+    ("backoff", "a table", r#"backoff = { initial = "1s", multiplier = 2.0, max = "1m" }"#),
+    ("strategy", "a string", r#"strategy = "republish"  # republish | chain"#),
+    ("queue_type", "a string", r#"queue_type = "quorum"  # quorum | classic"#),
+    ("queue", "a string", r#"queue = "orders""#),
+    ("retry_exchange", "a string", r#"retry_exchange = "orders.retry""#),
+    ("dead_letter_exchange", "a string", r#"dead_letter_exchange = "orders.dlx""#),
+    ("dead_letter_queue", "a string", r#"dead_letter_queue = "orders.dlq""#),
+    ("delivery_limit", "an integer", "delivery_limit = 20"),
+];
+
+const TOP_LEVEL_KEYS: &[(&str, &str, &str)] = &[
+    ("vhost", "a string", r#"vhost = "/""#),
+    ("defaults", "a table", "[defaults]"),
+    ("topology", "a table", "[topology.orders]"),
+];
+
+const BACKOFF_KEYS: &[(&str, &str, &str)] = &[
+    ("initial", "a duration", r#"initial = "1s""#),
+    ("multiplier", "a number", "multiplier = 2.0"),
+    ("max", "a duration", r#"max = "1m""#),
+];
+
+pub(super) fn parse_file(file: FileId, text: &str, diags: &mut Vec<Diagnostic>) -> Vec<Draft> {
+    let root = match DeTable::parse(text) {
+        Ok(root) => root,
+        Err(e) => {
+            let span = e.span().unwrap_or(0..0);
+            diags.push(
+                Diagnostic::new(file, span, format!("invalid TOML: {}", e.message().trim_end()))
+                    .label("here")
+                    .hint("see https://toml.io for the syntax; strings need double quotes"),
+            );
+            return Vec::new();
+        }
+    };
+    let root = root.get_ref();
+    let mut p = Parser { file, diags };
+    p.check_keys(root, TOP_LEVEL_KEYS, "the top level", top_level_hint);
+
+    let vhost = root.get("vhost").and_then(|v| p.string("vhost", v, TOP_LEVEL_KEYS));
+    let defaults = root
+        .get("defaults")
+        .and_then(|v| p.table("defaults", v, TOP_LEVEL_KEYS))
+        .map(|t| p.fields(t, "[defaults]"))
+        .unwrap_or_default();
+
+    let mut drafts = Vec::new();
+    let Some(topologies) = root.get("topology").and_then(|v| p.table("topology", v, TOP_LEVEL_KEYS)) else {
+        return drafts;
+    };
+    for (key, value) in topologies.iter() {
+        let name = Loc { value: key.get_ref().to_string(), file, span: key.span() };
+        let DeValue::Table(table) = value.get_ref() else {
+            p.diags.push(
+                name.diag(format!("`topology.{}` must be a table", name.value))
+                    .label("not a table")
+                    .hint(format!("declare it as a section: [topology.{}]", name.value)),
+            );
+            continue;
+        };
+        let fields = p.fields(table, &format!("[topology.{}]", name.value)).or(&defaults);
+        drafts.push(Draft { name, vhost: vhost.clone(), fields });
+    }
+    drafts
+}
+
+fn top_level_hint(key: &str) -> Option<String> {
+    TOPOLOGY_KEYS
+        .iter()
+        .any(|(k, _, _)| *k == key)
+        .then(|| format!("`{key}` belongs inside a [topology.NAME] or [defaults] section"))
+}
+
+struct Parser<'d> {
+    file: FileId,
+    diags: &'d mut Vec<Diagnostic>,
+}
+
+type Value<'i> = Spanned<DeValue<'i>>;
+
+impl Parser<'_> {
+    fn loc<T>(&self, value: T, span: Range<usize>) -> Loc<T> {
+        Loc { value, file: self.file, span }
+    }
+
+    fn check_keys(
+        &mut self,
+        table: &DeTable,
+        known: &[(&str, &str, &str)],
+        context: &str,
+        extra_hint: fn(&str) -> Option<String>,
+    ) {
+        for (key, _) in table.iter() {
+            let name: &str = key.get_ref();
+            if known.iter().any(|(k, _, _)| *k == name) {
+                continue;
+            }
+            let hint = extra_hint(name)
+                .or_else(|| closest(name, known).map(|k| format!("did you mean `{k}`?")))
+                .unwrap_or_else(|| {
+                    let names: Vec<_> = known.iter().map(|(k, _, _)| format!("`{k}`")).collect();
+                    format!("known keys here: {}", names.join(", "))
+                });
+            self.diags.push(
+                Diagnostic::new(self.file, key.span(), format!("unknown key `{name}` in {context}"))
+                    .label("unknown key")
+                    .hint(hint),
+            );
+        }
+    }
+
+    fn type_error(&mut self, key: &str, value: &Value, expected: &str, known: &[(&str, &str, &str)]) {
+        let example = known.iter().find(|(k, _, _)| *k == key).map(|(_, _, e)| *e).unwrap_or("");
+        self.diags.push(
+            Diagnostic::new(
+                self.file,
+                value.span(),
+                format!("`{key}` must be {expected}, not {}", describe(value.get_ref())),
+            )
+            .label(format!("expected {expected}"))
+            .hint(format!("for example: {example}")),
+        );
+    }
+
+    fn string(&mut self, key: &str, value: &Value, known: &[(&str, &str, &str)]) -> Option<Loc<String>> {
+        match value.get_ref() {
+            DeValue::String(s) => Some(self.loc(s.to_string(), value.span())),
+            _ => {
+                self.type_error(key, value, "a string", known);
+                None
+            }
+        }
+    }
+
+    fn integer(&mut self, key: &str, value: &Value, known: &[(&str, &str, &str)]) -> Option<Loc<i64>> {
+        match value.get_ref() {
+            DeValue::Integer(i) => match i64::from_str_radix(i.as_str(), i.radix()) {
+                Ok(n) => Some(self.loc(n, value.span())),
+                Err(_) => {
+                    self.diags.push(
+                        Diagnostic::new(self.file, value.span(), format!("`{key}` is too large"))
+                            .label("out of range"),
+                    );
+                    None
+                }
+            },
+            _ => {
+                self.type_error(key, value, "an integer", known);
+                None
+            }
+        }
+    }
+
+    fn number(&mut self, key: &str, value: &Value, known: &[(&str, &str, &str)]) -> Option<Loc<f64>> {
+        let parsed = match value.get_ref() {
+            DeValue::Float(f) => f.as_str().parse::<f64>().ok(),
+            DeValue::Integer(i) => i64::from_str_radix(i.as_str(), i.radix()).ok().map(|n| n as f64),
+            _ => None,
+        };
+        match parsed {
+            Some(n) if n.is_finite() => Some(self.loc(n, value.span())),
+            _ => {
+                self.type_error(key, value, "a number", known);
+                None
+            }
+        }
+    }
+
+    fn duration(&mut self, key: &str, value: &Value, known: &[(&str, &str, &str)]) -> Option<Loc<Duration>> {
+        let text = self.string(key, value, known)?;
+        match duration::parse(&text.value) {
+            Ok(d) => Some(self.loc(d, text.span)),
+            Err((message, hint)) => {
+                self.diags.push(text.diag(message).label("invalid delay").hint(hint));
+                None
+            }
+        }
+    }
+
+    fn table<'a, 'i>(&mut self, key: &str, value: &'a Value<'i>, known: &[(&str, &str, &str)]) -> Option<&'a DeTable<'i>> {
+        match value.get_ref() {
+            DeValue::Table(t) => Some(t),
+            _ => {
+                self.type_error(key, value, "a table", known);
+                None
+            }
+        }
+    }
+
+    fn array<'a, 'i>(&mut self, key: &str, value: &'a Value<'i>, expected: &str) -> Option<&'a [Value<'i>]> {
+        match value.get_ref() {
+            DeValue::Array(a) => Some(a.as_ref()),
+            _ => {
+                self.type_error(key, value, expected, TOPOLOGY_KEYS);
+                None
+            }
+        }
+    }
+
+    fn fields(&mut self, table: &DeTable, context: &str) -> Fields {
+        self.check_keys(table, TOPOLOGY_KEYS, context, |_| None);
+        let k = TOPOLOGY_KEYS;
+        let mut f = Fields::default();
+        for (key, value) in table.iter() {
+            let key: &str = key.get_ref();
+            match key {
+                "exchange" => f.exchange = self.string(key, value, k),
+                "exchange_type" => f.exchange_type = self.string(key, value, k),
+                "strategy" => f.strategy = self.string(key, value, k),
+                "queue_type" => f.queue_type = self.string(key, value, k),
+                "queue" => f.queue = self.string(key, value, k),
+                "retry_exchange" => f.retry_exchange = self.string(key, value, k),
+                "dead_letter_exchange" => f.dead_letter_exchange = self.string(key, value, k),
+                "dead_letter_queue" => f.dead_letter_queue = self.string(key, value, k),
+                "max_attempts" => f.max_attempts = self.integer(key, value, k),
+                "delivery_limit" => f.delivery_limit = self.integer(key, value, k),
+                "routing_keys" => {
+                    if let Some(items) = self.array(key, value, "an array of strings") {
+                        let keys: Option<Vec<_>> = items.iter().map(|v| self.string(key, v, k)).collect();
+                        f.routing_keys = keys.map(|keys| self.loc(keys, value.span()));
+                    }
+                }
+                "delays" => {
+                    if let Some(items) = self.array(key, value, "an array of durations") {
+                        let delays: Option<Vec<_>> = items.iter().map(|v| self.duration(key, v, k)).collect();
+                        f.delays = delays.map(|delays| self.loc(delays, value.span()));
+                    }
+                }
+                "backoff" => {
+                    if let Some(t) = self.table(key, value, k) {
+                        f.backoff = Some(self.backoff(t, value.span(), context));
+                    }
+                }
+                _ => {}
+            }
+        }
+        f
+    }
+
+    fn backoff(&mut self, table: &DeTable, span: Range<usize>, context: &str) -> Loc<Backoff> {
+        self.check_keys(table, BACKOFF_KEYS, &format!("`backoff` of {context}"), |_| None);
+        let k = BACKOFF_KEYS;
+        let mut b = Backoff { initial: None, multiplier: None, max: None };
+        for (key, value) in table.iter() {
+            let key: &str = key.get_ref();
+            match key {
+                "initial" => b.initial = self.duration(key, value, k),
+                "max" => b.max = self.duration(key, value, k),
+                "multiplier" => b.multiplier = self.number(key, value, k),
+                _ => {}
+            }
+        }
+        self.loc(b, span)
+    }
+}
+
+fn describe(value: &DeValue) -> Cow<'static, str> {
+    match value {
+        DeValue::String(s) => format!("the string \"{s}\"").into(),
+        DeValue::Integer(_) => "an integer".into(),
+        DeValue::Float(_) => "a float".into(),
+        DeValue::Boolean(_) => "a boolean".into(),
+        DeValue::Datetime(_) => "a date".into(),
+        DeValue::Array(_) => "an array".into(),
+        DeValue::Table(_) => "a table".into(),
+    }
+}
+
+/// The known key a misspelt one most likely meant.
+fn closest<'k>(name: &str, known: &[(&'k str, &str, &str)]) -> Option<&'k str> {
+    known
+        .iter()
+        .map(|(k, _, _)| (*k, strsim::jaro_winkler(name, k)))
+        .filter(|(_, score)| *score > 0.8)
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(k, _)| k)
+}
