@@ -168,3 +168,313 @@ pub fn contract(t: &Topology) -> Contract {
         dead_letter_queue: t.dead_letter_queue.clone(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::compile::{CompiledTopology, compile_topology};
+    use crate::model::{ArgValue, Object, Queue, Role};
+    use crate::spec;
+
+    fn topology(toml: &str) -> Topology {
+        let spec = spec::from_str("t.toml", toml).unwrap_or_else(|e| panic!("{}", e.render_plain()));
+        assert_eq!(spec.topologies.len(), 1, "one topology per test spec");
+        spec.topologies[0].clone()
+    }
+
+    fn queue<'c>(c: &'c CompiledTopology, name: &str) -> &'c Queue {
+        let found: Vec<_> = c
+            .objects
+            .iter()
+            .filter_map(|o| match o {
+                Object::Queue(q) if q.name == name => Some(q),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(found.len(), 1, "expected exactly one queue `{name}` in the compiled model");
+        found[0]
+    }
+
+    fn arg<'q>(q: &'q Queue, key: &str) -> Option<&'q ArgValue> {
+        q.arguments.get(key)
+    }
+
+    /// The queues a message published to `exchange` with `key` reaches in the compiled model
+    /// (`""` is the default exchange: the queue named `key`). Hopper's retry and dead-letter
+    /// exchanges are direct, so a binding matches on its exact key.
+    fn routes(c: &CompiledTopology, exchange: &str, key: &str) -> Vec<String> {
+        if exchange.is_empty() {
+            return c
+                .objects
+                .iter()
+                .filter_map(|o| match o {
+                    Object::Queue(q) if q.name == key => Some(q.name.clone()),
+                    _ => None,
+                })
+                .collect();
+        }
+        let kind = c.objects.iter().find_map(|o| match o {
+            Object::Exchange(e) if e.name == exchange => Some(e.kind.clone()),
+            _ => None,
+        });
+        assert_eq!(kind.as_deref(), Some("direct"), "exchange `{exchange}` is not a declared direct exchange");
+        c.objects
+            .iter()
+            .filter_map(|o| match o {
+                Object::Binding(b) if b.source == exchange && b.routing_key == key => Some(b.destination.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The one queue a message rejected (or expired) from `queue` dead-letters into, per the model.
+    fn dead_letter_route(c: &CompiledTopology, queue_name: &str) -> String {
+        let q = queue(c, queue_name);
+        let (Some(ArgValue::Str(dlx)), Some(ArgValue::Str(dlrk))) =
+            (arg(q, "x-dead-letter-exchange"), arg(q, "x-dead-letter-routing-key"))
+        else {
+            panic!("queue `{queue_name}` does not dead-letter: {:?}", q.arguments);
+        };
+        match routes(c, dlx, dlrk).as_slice() {
+            [one] => one.clone(),
+            other => panic!("queue `{queue_name}` dead-letters to {other:?}, want exactly one queue"),
+        }
+    }
+
+    fn ttl_ms(c: &CompiledTopology, queue_name: &str) -> u64 {
+        match arg(queue(c, queue_name), "x-message-ttl") {
+            Some(ArgValue::Int(ms)) => *ms as u64,
+            other => panic!("wait queue `{queue_name}` has TTL {other:?}"),
+        }
+    }
+
+    const REPUBLISH: &str = r#"
+        [topology.orders]
+        routing_keys = ["order.created", "order.paid"]
+        delays = ["5s", "5s", "30s"]
+        max_attempts = 5
+    "#;
+
+    const CHAIN: &str = r#"
+        [topology.orders]
+        strategy = "chain"
+        delays = ["1s", "2s", "3s"]
+        max_attempts = 4
+    "#;
+
+    #[test]
+    fn republish_contract_publishes_to_the_wait_queue_the_model_binds() {
+        let t = topology(REPUBLISH);
+        let c = compile_topology(&t);
+        let k = contract(&t);
+
+        assert_eq!(k.topology, "orders");
+        assert_eq!(k.vhost, "/");
+        assert_eq!(k.strategy, Strategy::Republish);
+        assert_eq!(k.max_attempts, 5);
+        assert_eq!(k.dead_letter_queue, "orders.dlq");
+        assert!(matches!(&k.attempt_from, AttemptSource::Header { header } if header == ATTEMPT_HEADER));
+        assert_eq!(ATTEMPT_HEADER, "hopper-attempt");
+        assert!(!ATTEMPT_HEADER.starts_with("x-"));
+        assert_eq!(k.consume.len(), 1);
+        assert_eq!((k.consume[0].queue.as_str(), k.consume[0].attempt), ("orders", None));
+        assert_eq!(queue(&c, "orders").role, Role::Work { attempt: None });
+
+        assert_eq!(k.attempts.iter().map(|a| a.attempt).collect::<Vec<_>>(), [1, 2, 3, 4, 5]);
+        for rule in &k.attempts[..4] {
+            let n = rule.attempt;
+            let Action::Publish {
+                exchange,
+                routing_key,
+                headers,
+                mandatory,
+                confirm,
+                remove_properties,
+                then,
+                reaches,
+            } = &rule.on_failure
+            else {
+                panic!("attempt {n}: want a publish, got {:?}", rule.on_failure);
+            };
+            assert_eq!(exchange, "orders.retry", "attempt {n}");
+            assert_eq!(routing_key, &n.to_string(), "attempt {n}");
+            assert_eq!(headers, &BTreeMap::from([("hopper-attempt".to_string(), i64::from(n) + 1)]), "attempt {n}");
+            assert!(*mandatory && *confirm, "attempt {n}");
+            assert!(remove_properties.iter().any(|p| p == "expiration"), "attempt {n}");
+            assert_eq!(then, "ack");
+            // Cross-check with the compiled model: the copy lands in the wait queue bound to the key.
+            assert_eq!(routes(&c, exchange, routing_key), std::slice::from_ref(reaches), "attempt {n}");
+            assert!(
+                matches!(&queue(&c, reaches).role, Role::Wait { hops, .. } if hops.contains(&n)),
+                "attempt {n}: {reaches} is not the wait queue of hop {n}"
+            );
+            assert_eq!(rule.on_failure.reaches(), reaches);
+            assert!(rule.on_failure.describe().contains("orders.retry"));
+
+            let retry = rule.retry.as_ref().unwrap_or_else(|| panic!("attempt {n} has no retry"));
+            assert_eq!(&retry.wait_queue, reaches);
+            assert_eq!(retry.delay_ms, ttl_ms(&c, reaches), "attempt {n}");
+            assert_eq!(retry.delay, crate::spec::format_duration(std::time::Duration::from_millis(retry.delay_ms)));
+            assert_eq!(retry.redelivered_from, dead_letter_route(&c, reaches), "attempt {n}");
+            assert_eq!(retry.redelivered_from, "orders");
+        }
+        let reaches: Vec<_> = k.attempts[..4].iter().map(|a| a.on_failure.reaches().to_string()).collect();
+        assert_eq!(reaches, ["orders.wait-5s", "orders.wait-5s", "orders.wait-30s", "orders.wait-30s"]);
+
+        let last = &k.attempts[4];
+        assert!(last.retry.is_none());
+        assert!(matches!(&last.on_failure, Action::Reject { requeue: false, reaches } if reaches == "orders.dlq"));
+        assert_eq!(dead_letter_route(&c, "orders"), last.on_failure.reaches());
+        assert!(matches!(&k.poison, Action::Reject { requeue: false, reaches } if reaches == "orders.dlq"));
+        assert_eq!(k.poison.describe(), "reject (requeue=false)");
+    }
+
+    #[test]
+    fn chain_contract_rejects_into_the_wait_queue_the_model_routes_to() {
+        let t = topology(CHAIN);
+        let c = compile_topology(&t);
+        let k = contract(&t);
+
+        assert!(matches!(k.attempt_from, AttemptSource::Queue));
+        assert_eq!(k.strategy, Strategy::Chain);
+        // Every work queue of the model, with its attempt, and nothing else.
+        let consumed: BTreeSet<_> = k.consume.iter().map(|q| (q.queue.clone(), q.attempt)).collect();
+        let work: BTreeSet<_> = c
+            .objects
+            .iter()
+            .filter_map(|o| match o {
+                Object::Queue(Queue { name, role: Role::Work { attempt }, .. }) => Some((name.clone(), *attempt)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(consumed, work);
+        assert_eq!(consumed.len(), k.consume.len());
+        let attempts: Vec<_> = k.consume.iter().map(|q| q.attempt).collect();
+        assert_eq!(attempts, [Some(1), Some(2), Some(3), Some(4)]);
+        let consumed_at = |a: u32| k.consume.iter().find(|q| q.attempt == Some(a)).map(|q| q.queue.clone()).unwrap();
+
+        assert_eq!(k.attempts.len(), 4);
+        for rule in &k.attempts[..3] {
+            let n = rule.attempt;
+            let Action::Reject { requeue, reaches } = &rule.on_failure else {
+                panic!("attempt {n}: want a reject, got {:?}", rule.on_failure);
+            };
+            assert!(!requeue, "attempt {n}");
+            // Cross-check: a reject from this attempt's queue dead-letters exactly there.
+            assert_eq!(&dead_letter_route(&c, &consumed_at(n)), reaches, "attempt {n}");
+            assert_eq!(
+                queue(&c, reaches).role,
+                Role::Wait { hops: vec![n], delay: rule.retry.as_ref().unwrap().delay.clone() }
+            );
+            let retry = rule.retry.as_ref().unwrap();
+            assert_eq!(&retry.wait_queue, reaches);
+            assert_eq!(retry.delay_ms, ttl_ms(&c, reaches));
+            assert_eq!(retry.redelivered_from, dead_letter_route(&c, reaches), "attempt {n}");
+            assert_eq!(retry.redelivered_from, consumed_at(n + 1), "attempt {n}");
+        }
+        let delays: Vec<_> = k.attempts[..3].iter().map(|a| a.retry.as_ref().unwrap().delay_ms).collect();
+        assert_eq!(delays, [1_000, 2_000, 3_000]);
+
+        let last = &k.attempts[3];
+        assert!(last.retry.is_none());
+        assert!(matches!(&last.on_failure, Action::Reject { requeue: false, reaches } if reaches == "orders.dlq"));
+        assert_eq!(dead_letter_route(&c, &consumed_at(4)), "orders.dlq");
+
+        let Action::Publish { exchange, routing_key, mandatory, confirm, reaches, headers, .. } = &k.poison else {
+            panic!("chain poison must skip the hops by publishing, got {:?}", k.poison);
+        };
+        assert_eq!(exchange, "orders.dlx");
+        assert_eq!(routing_key, "orders.dlq");
+        assert_eq!(reaches, "orders.dlq");
+        assert!(*mandatory && *confirm);
+        assert!(headers.is_empty());
+        assert_eq!(routes(&c, exchange, routing_key), std::slice::from_ref(reaches));
+    }
+
+    #[test]
+    fn a_single_attempt_contract_has_only_the_reject() {
+        for strategy in ["republish", "chain"] {
+            let t = topology(&format!("[topology.orders]\nstrategy = \"{strategy}\"\nmax_attempts = 1\n"));
+            let c = compile_topology(&t);
+            let k = contract(&t);
+            assert_eq!(k.attempts.len(), 1);
+            assert!(k.attempts[0].retry.is_none());
+            assert!(
+                matches!(&k.attempts[0].on_failure, Action::Reject { requeue: false, reaches } if reaches == "orders.dlq")
+            );
+            assert_eq!(dead_letter_route(&c, "orders"), "orders.dlq", "{strategy}");
+        }
+    }
+
+    #[test]
+    fn contract_json_shape() {
+        let t = topology(
+            r#"
+            [topology.orders]
+            delays = ["5s"]
+            max_attempts = 2
+        "#,
+        );
+        let value = serde_json::to_value(contract(&t)).expect("serializable");
+        assert_eq!(
+            value,
+            json!({
+                "topology": "orders",
+                "vhost": "/",
+                "strategy": "republish",
+                "max_attempts": 2,
+                "attempt_from": { "from": "header", "header": "hopper-attempt" },
+                "consume": [{ "queue": "orders" }],
+                "attempts": [
+                    {
+                        "attempt": 1,
+                        "on_failure": {
+                            "action": "publish",
+                            "exchange": "orders.retry",
+                            "routing_key": "1",
+                            "headers": { "hopper-attempt": 2 },
+                            "mandatory": true,
+                            "confirm": true,
+                            "remove_properties": ["expiration"],
+                            "then": "ack",
+                            "reaches": "orders.wait-5s"
+                        },
+                        "retry": {
+                            "wait_queue": "orders.wait-5s",
+                            "delay": "5s",
+                            "delay_ms": 5000,
+                            "redelivered_from": "orders"
+                        }
+                    },
+                    {
+                        "attempt": 2,
+                        "on_failure": { "action": "reject", "requeue": false, "reaches": "orders.dlq" }
+                    }
+                ],
+                "poison": { "action": "reject", "requeue": false, "reaches": "orders.dlq" },
+                "dead_letter_queue": "orders.dlq"
+            })
+        );
+    }
+
+    #[test]
+    fn chain_contract_json_names_the_queue_as_the_attempt_source() {
+        let value = serde_json::to_value(contract(&topology(CHAIN))).expect("serializable");
+        assert_eq!(value["strategy"], "chain");
+        assert_eq!(value["attempt_from"], json!({ "from": "queue" }));
+        assert_eq!(value["consume"][1], json!({ "queue": "orders.attempt-2", "attempt": 2 }));
+        assert_eq!(
+            value["attempts"][0]["on_failure"],
+            json!({ "action": "reject", "requeue": false, "reaches": "orders.hop-1.wait-1s" })
+        );
+        assert_eq!(value["attempts"][0]["retry"]["redelivered_from"], "orders.attempt-2");
+        assert_eq!(value["poison"]["action"], "publish");
+        assert_eq!(value["poison"]["exchange"], "orders.dlx");
+        assert_eq!(value["poison"]["headers"], json!({}));
+        assert!(value["attempts"][3].get("retry").is_none());
+    }
+}

@@ -56,14 +56,7 @@ pub struct Diagnostic {
 
 impl Diagnostic {
     pub fn new(file: FileId, span: Range<usize>, message: impl Into<String>) -> Self {
-        Diagnostic {
-            file,
-            span,
-            message: message.into(),
-            label: String::new(),
-            hint: None,
-            related: None,
-        }
+        Diagnostic { file, span, message: message.into(), label: String::new(), hint: None, related: None }
     }
 
     pub fn label(mut self, label: impl Into<String>) -> Self {
@@ -104,16 +97,8 @@ impl std::fmt::Display for Position {
 
 impl SpecError {
     pub fn position(&self, d: &Diagnostic) -> Position {
-        let loc = self
-            .sources
-            .files
-            .location(d.file, d.span.start)
-            .expect("diagnostic span lies inside its file");
-        Position {
-            path: self.sources.path(d.file).to_path_buf(),
-            line: loc.line_number,
-            column: loc.column_number,
-        }
+        let loc = self.sources.files.location(d.file, d.span.start).expect("diagnostic span lies inside its file");
+        Position { path: self.sources.path(d.file).to_path_buf(), line: loc.line_number, column: loc.column_number }
     }
 
     /// The diagnostics as rustc would print them, without colour.
@@ -136,7 +121,8 @@ impl SpecError {
         let stream = termcolor::StandardStream::stderr(choice);
         let mut lock = stream.lock();
         for d in &self.diagnostics {
-            let _ = term::emit_to_write_style(&mut lock, &term::Config::default(), &self.sources.files, &to_rendered(d));
+            let _ =
+                term::emit_to_write_style(&mut lock, &term::Config::default(), &self.sources.files, &to_rendered(d));
         }
         let n = self.diagnostics.len();
         let _ = writeln!(

@@ -32,7 +32,9 @@ pub fn json<T: Serialize>(value: &T) -> anyhow::Result<()> {
 
 pub fn table(header: &[&str]) -> Table {
     let mut t = Table::new();
-    t.load_style(presets::UTF8_BORDERS_ONLY).set_content_arrangement(ContentArrangement::Dynamic).set_header(header.to_vec());
+    t.load_style(presets::UTF8_BORDERS_ONLY)
+        .set_content_arrangement(ContentArrangement::Dynamic)
+        .set_header(header.to_vec());
     if !colour() {
         t.force_no_tty();
     }

@@ -48,18 +48,41 @@ pub struct Difference {
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "action", rename_all = "snake_case")]
 pub enum Step {
-    Create { object: Object },
-    InSync { object: Object },
+    Create {
+        object: Object,
+    },
+    InSync {
+        object: Object,
+    },
     /// Exists or may exist, and cannot be read: declared again, which RabbitMQ checks.
-    Ensure { object: Object },
-    Conflict { object: Object, differences: Vec<Difference>, ways_out: Vec<String> },
+    Ensure {
+        object: Object,
+    },
+    Conflict {
+        object: Object,
+        differences: Vec<Difference>,
+        ways_out: Vec<String>,
+    },
     /// A binding between this topology's exchanges and queues that the spec no longer has,
     /// removed only after the bindings that replace it exist.
-    Unbind { binding: Binding },
+    Unbind {
+        binding: Binding,
+    },
     /// A queue under this topology's generated names that the spec no longer has.
-    Extra { queue: String, messages: Option<u64>, consumers: Option<u64>, drains_into: Option<String>, kept_because: Option<String> },
-    /// An extra queue removed by `--prune`: it was empty and unused.
-    Delete { queue: String },
+    Extra {
+        queue: String,
+        messages: Option<u64>,
+        consumers: Option<u64>,
+        drains_into: Option<String>,
+        kept_because: Option<String>,
+    },
+    /// An extra queue removed by `--prune`: it was empty and unused. The broker re-checks
+    /// emptiness at deletion; quorum queues cannot re-check consumers (`if-unused`), so for them
+    /// the consumer count read just before stands.
+    Delete {
+        queue: String,
+        if_unused: bool,
+    },
 }
 
 impl Step {
@@ -103,14 +126,10 @@ pub fn plan(vhost: &str, topologies: &[&CompiledTopology], live: &Live, prune: b
     let objects = desired(topologies);
     let mut steps: Vec<Step> = objects.iter().map(|o| step(o, live)).collect();
 
-    let wanted: BTreeSet<&Binding> = objects
-        .iter()
-        .filter_map(|o| if let Object::Binding(b) = o { Some(b) } else { None })
-        .collect();
-    let queues: BTreeSet<String> = objects
-        .iter()
-        .filter_map(|o| if let Object::Queue(q) = o { Some(q.name.clone()) } else { None })
-        .collect();
+    let wanted: BTreeSet<&Binding> =
+        objects.iter().filter_map(|o| if let Object::Binding(b) = o { Some(b) } else { None }).collect();
+    let queues: BTreeSet<String> =
+        objects.iter().filter_map(|o| if let Object::Queue(q) = o { Some(q.name.clone()) } else { None }).collect();
 
     // Bindings from a topology's own exchanges to its own queues are hopper's to move; anything
     // else bound there (an audit queue on the main exchange) belongs to someone else.
@@ -132,18 +151,16 @@ pub fn plan(vhost: &str, topologies: &[&CompiledTopology], live: &Live, prune: b
     for t in topologies {
         let t = &t.topology;
         for (name, q) in live.queues.iter().filter(|(name, _)| is_generated(t, name) && !queues.contains(*name)) {
-            let drains_into = q
-                .arguments
-                .as_ref()
-                .and_then(|a| a.get("x-dead-letter-routing-key"))
-                .map(|v| match v {
-                    ArgValue::Str(s) => s.clone(),
-                    ArgValue::Int(n) => n.to_string(),
-                });
+            let drains_into = q.arguments.as_ref().and_then(|a| a.get("x-dead-letter-routing-key")).map(|v| match v {
+                ArgValue::Str(s) => s.clone(),
+                ArgValue::Int(n) => n.to_string(),
+            });
             let empty = q.messages == Some(0) && q.consumers == Some(0);
             let kept_because = match (prune, empty) {
                 (true, true) => {
-                    steps.push(Step::Delete { queue: name.clone() });
+                    let quorum = q.arguments.as_ref().and_then(|a| a.get("x-queue-type"))
+                        == Some(&ArgValue::Str("quorum".into()));
+                    steps.push(Step::Delete { queue: name.clone(), if_unused: !quorum });
                     continue;
                 }
                 (false, _) => "pass --prune to remove it once it is empty".to_string(),
@@ -215,7 +232,11 @@ fn exchange_differences(e: &Exchange, l: &LiveExchange) -> Vec<Difference> {
         d.push(Difference { argument: "type".into(), live: Some(l.kind.clone()), spec: Some(e.kind.clone()) });
     }
     if e.durable != l.durable {
-        d.push(Difference { argument: "durable".into(), live: Some(l.durable.to_string()), spec: Some(e.durable.to_string()) });
+        d.push(Difference {
+            argument: "durable".into(),
+            live: Some(l.durable.to_string()),
+            spec: Some(e.durable.to_string()),
+        });
     }
     d
 }
@@ -227,7 +248,11 @@ pub fn queue_differences(q: &Queue, live_durable: bool, live: &Arguments) -> Vec
     live.entry("x-queue-type".into()).or_insert_with(|| ArgValue::Str("classic".into()));
     let mut d = Vec::new();
     if q.durable != live_durable {
-        d.push(Difference { argument: "durable".into(), live: Some(live_durable.to_string()), spec: Some(q.durable.to_string()) });
+        d.push(Difference {
+            argument: "durable".into(),
+            live: Some(live_durable.to_string()),
+            spec: Some(q.durable.to_string()),
+        });
     }
     let keys: BTreeSet<&String> = q.arguments.keys().chain(live.keys()).collect();
     for key in keys {
@@ -260,11 +285,8 @@ fn queue_ways_out(q: &Queue, differences: &[Difference], messages: Option<u64>) 
         None => "its message count is unknown".to_string(),
     };
     let args: Vec<_> = differences.iter().map(|d| format!("`{}`", d.argument)).collect();
-    let mut ways = vec![format!(
-        "change the spec back to the broker's value of {} for queue `{}`",
-        args.join(", "),
-        q.name
-    )];
+    let mut ways =
+        vec![format!("change the spec back to the broker's value of {} for queue `{}`", args.join(", "), q.name)];
     if matches!(q.role, Role::Work { .. }) {
         ways.push(format!(
             "or migrate without losing messages: set `queue = \"{}-v2\"` in the spec, apply, move consumers to the new queue, let `{}` drain ({held}), then delete it by name (rabbitmqctl delete_queue {} --if-empty)",
@@ -306,7 +328,13 @@ mod tests {
                 Object::Queue(q) => {
                     live.queues.insert(
                         q.name.clone(),
-                        LiveQueue { durable: true, arguments: Some(q.arguments.clone()), refused: None, messages: Some(0), consumers: Some(0) },
+                        LiveQueue {
+                            durable: true,
+                            arguments: Some(q.arguments.clone()),
+                            refused: None,
+                            messages: Some(0),
+                            consumers: Some(0),
+                        },
                     );
                 }
                 Object::Binding(b) => {
@@ -340,13 +368,24 @@ mod tests {
         live.queues.get_mut("orders.wait-30s").unwrap().messages = Some(3);
         let new = compiled(&ORDERS.replace("30s", "45s"));
         let p = plan("/", &[&new[0]], &live, true);
-        let created: Vec<_> = p.steps.iter().filter_map(|s| if let Step::Create { object } = s { Some(object.name()) } else { None }).collect();
+        let created: Vec<_> = p
+            .steps
+            .iter()
+            .filter_map(|s| if let Step::Create { object } = s { Some(object.name()) } else { None })
+            .collect();
         assert_eq!(created, vec!["orders.wait-45s".to_string(), "orders.retry -> orders.wait-45s (\"2\")".to_string()]);
-        let unbinds: Vec<_> = p.steps.iter().filter_map(|s| if let Step::Unbind { binding } = s { Some(binding.to_string()) } else { None }).collect();
+        let unbinds: Vec<_> = p
+            .steps
+            .iter()
+            .filter_map(|s| if let Step::Unbind { binding } = s { Some(binding.to_string()) } else { None })
+            .collect();
         assert_eq!(unbinds, vec!["orders.retry -> orders.wait-30s (\"2\")".to_string()]);
         // The unbind comes after the binding that replaces it.
         let pos = |f: &dyn Fn(&Step) -> bool| p.steps.iter().position(f).unwrap();
-        assert!(pos(&|s| matches!(s, Step::Unbind { .. })) > pos(&|s| matches!(s, Step::Create { object: Object::Binding(_) })));
+        assert!(
+            pos(&|s| matches!(s, Step::Unbind { .. }))
+                > pos(&|s| matches!(s, Step::Create { object: Object::Binding(_) }))
+        );
         // Holding messages, it is kept even with --prune, and said to drain into the main queue.
         assert!(p.steps.iter().any(|s| matches!(s, Step::Extra { queue, drains_into: Some(d), .. } if queue == "orders.wait-30s" && d == "orders")));
         assert!(!p.steps.iter().any(|s| matches!(s, Step::Delete { .. })));
@@ -359,7 +398,12 @@ mod tests {
         let live = live_from(&old[0].objects);
         let new = compiled(&ORDERS.replace("30s", "45s"));
         assert!(!plan("/", &[&new[0]], &live, false).steps.iter().any(|s| matches!(s, Step::Delete { .. })));
-        assert!(plan("/", &[&new[0]], &live, true).steps.iter().any(|s| matches!(s, Step::Delete { queue } if queue == "orders.wait-30s")));
+        assert!(
+            plan("/", &[&new[0]], &live, true)
+                .steps
+                .iter()
+                .any(|s| matches!(s, Step::Delete { queue, if_unused: false } if queue == "orders.wait-30s"))
+        );
     }
 
     #[test]
@@ -373,7 +417,10 @@ mod tests {
         assert_eq!(conflicts.len(), 1);
         let Step::Conflict { object, differences, ways_out } = conflicts[0] else { unreachable!() };
         assert_eq!(object.name(), "orders");
-        assert_eq!(differences, &vec![Difference { argument: "x-delivery-limit".into(), live: Some("5".into()), spec: Some("20".into()) }]);
+        assert_eq!(
+            differences,
+            &vec![Difference { argument: "x-delivery-limit".into(), live: Some("5".into()), spec: Some("20".into()) }]
+        );
         assert!(ways_out.iter().any(|w| w.contains("orders-v2")));
     }
 
@@ -390,7 +437,11 @@ mod tests {
     fn bindings_of_other_owners_on_the_main_exchange_are_left_alone() {
         let c = compiled(ORDERS);
         let mut live = live_from(&c[0].objects);
-        live.bindings.as_mut().unwrap().insert(Binding { source: "orders".into(), destination: "audit".into(), routing_key: "#".into() });
+        live.bindings.as_mut().unwrap().insert(Binding {
+            source: "orders".into(),
+            destination: "audit".into(),
+            routing_key: "#".into(),
+        });
         assert!(!plan("/", &[&c[0]], &live, false).has_changes());
     }
 }

@@ -3,9 +3,7 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
-use lapin::options::{
-    ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions,
-};
+use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
 
@@ -36,17 +34,17 @@ impl Session {
             let mut uri = node.clone();
             uri.vhost = vhost.to_string();
             let address = format!("{}:{}", uri.authority.host, uri.authority.port);
-            let attempt = tokio::time::timeout(
-                CONNECT_TIMEOUT,
-                Connection::connect_uri(uri, ConnectionProperties::default()),
-            )
-            .await;
+            let attempt =
+                tokio::time::timeout(CONNECT_TIMEOUT, Connection::connect_uri(uri, ConnectionProperties::default()))
+                    .await;
             match attempt {
                 Ok(Ok(connection)) => {
                     let channel = connection.create_channel().await?;
                     return Ok(Session { connection, channel });
                 }
-                Ok(Err(e)) => failures.push(format!("{address}: {}", explain_connect_error(&e, vhost, endpoint.username()))),
+                Ok(Err(e)) => {
+                    failures.push(format!("{address}: {}", explain_connect_error(&e, vhost, endpoint.username())))
+                }
                 Err(_) => failures.push(format!("{address}: no answer within {}s", CONNECT_TIMEOUT.as_secs())),
             }
         }
@@ -103,7 +101,13 @@ impl Session {
                         };
                         live.queues.insert(
                             q.name.clone(),
-                            LiveQueue { durable: q.durable, arguments, refused, messages: Some(messages), consumers: Some(consumers) },
+                            LiveQueue {
+                                durable: q.durable,
+                                arguments,
+                                refused,
+                                messages: Some(messages),
+                                consumers: Some(consumers),
+                            },
                         );
                     }
                 }
@@ -148,7 +152,13 @@ impl Session {
     async fn bind(&mut self, b: &Binding) -> Result<Outcome> {
         let r = self
             .channel
-            .queue_bind(short(&b.destination)?, short(&b.source)?, short(&b.routing_key)?, QueueBindOptions::default(), FieldTable::default())
+            .queue_bind(
+                short(&b.destination)?,
+                short(&b.source)?,
+                short(&b.routing_key)?,
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
             .await;
         self.outcome(r).await
     }
@@ -161,10 +171,10 @@ impl Session {
         self.outcome(r).await
     }
 
-    /// Deletes a queue only if it is empty and unused at that instant: the broker checks both,
-    /// so a message that arrived since the plan was made is never lost.
-    async fn delete_if_empty(&mut self, queue: &str) -> Result<Outcome> {
-        let options = QueueDeleteOptions { if_empty: true, if_unused: true, ..Default::default() };
+    /// Deletes a queue only if it is empty at that instant (and unused, where the queue type
+    /// lets the broker check it): a message that arrived since the plan was made is never lost.
+    async fn delete_if_empty(&mut self, queue: &str, if_unused: bool) -> Result<Outcome> {
+        let options = QueueDeleteOptions { if_empty: true, if_unused, ..Default::default() };
         let r = self.channel.queue_delete(short(queue)?, options).await;
         self.outcome(r).await
     }
@@ -180,7 +190,7 @@ impl Session {
                     Object::Binding(b) => self.bind(b).await?,
                 },
                 Step::Unbind { binding } => self.unbind(binding).await?,
-                Step::Delete { queue } => self.delete_if_empty(queue).await?,
+                Step::Delete { queue, if_unused } => self.delete_if_empty(queue, *if_unused).await?,
                 Step::InSync { .. } | Step::Conflict { .. } | Step::Extra { .. } => continue,
             };
             let stop = matches!(outcome, Outcome::Refused(_)) && !matches!(step, Step::Delete { .. });
@@ -239,7 +249,9 @@ fn explain_connect_error(e: &lapin::Error, vhost: &str, user: &str) -> String {
     if text.contains("ACCESS_REFUSED") || text.contains("403") || text.contains("authentication") {
         format!("authentication failed for user `{user}` ({text})")
     } else if text.contains("NOT_ALLOWED") || text.contains("530") {
-        format!("vhost `{vhost}` does not exist or user `{user}` has no access to it ({text}); create it with `rabbitmqctl add_vhost {vhost}`")
+        format!(
+            "vhost `{vhost}` does not exist or user `{user}` has no access to it ({text}); create it with `rabbitmqctl add_vhost {vhost}`"
+        )
     } else {
         text
     }

@@ -74,7 +74,8 @@ pub async fn read(endpoint: &Endpoint, vhost: &str) -> Result<Live> {
 /// A guessed management URL may reach another broker on the same host (two brokers side by side
 /// on different AMQP ports): reading its state would plan against the wrong broker.
 fn same_broker(endpoint: &Endpoint, overview: &rabbitmq_http_client::responses::Overview) -> Result<()> {
-    let ports: Vec<u32> = overview.listeners.iter().filter(|l| l.protocol.starts_with("amqp")).map(|l| l.port).collect();
+    let ports: Vec<u32> =
+        overview.listeners.iter().filter(|l| l.protocol.starts_with("amqp")).map(|l| l.port).collect();
     if endpoint.nodes.iter().any(|n| ports.contains(&u32::from(n.authority.port))) {
         return Ok(());
     }

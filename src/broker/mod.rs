@@ -69,7 +69,6 @@ pub fn redact(url: &str) -> String {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

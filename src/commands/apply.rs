@@ -75,7 +75,10 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
         for (vhost, topologies) in &by_vhost {
             let mut session = amqp::Session::connect(&endpoint, vhost).await?;
             let (live, read_from, note) = match http::read(&endpoint, vhost).await {
-                Ok(live) => (live, "management_api", None),
+                Ok(mut live) => {
+                    exact_counts(&mut session, &mut live, topologies).await?;
+                    (live, "management_api", None)
+                }
                 Err(e) => {
                     let live = session.probe(&plan::desired(topologies)).await?;
                     let note = format!(
@@ -131,6 +134,24 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
     })
 }
 
+/// The management API's message counts lag by seconds; a queue left over by an earlier spec is
+/// judged by its exact counts, read over AMQP.
+async fn exact_counts(
+    session: &mut amqp::Session,
+    live: &mut plan::Live,
+    topologies: &[&CompiledTopology],
+) -> Result<()> {
+    for (name, queue) in live.queues.iter_mut() {
+        if topologies.iter().any(|t| t.topology.generated_prefixes().iter().any(|p| name.starts_with(p.as_str())))
+            && let Some((messages, consumers)) = session.queue_counts(name).await?
+        {
+            queue.messages = Some(messages);
+            queue.consumers = Some(consumers);
+        }
+    }
+    Ok(())
+}
+
 fn print_report(report: &Report, show_unchanged: bool) -> Result<()> {
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
     for v in &report.vhosts {
@@ -152,18 +173,19 @@ fn print_report(report: &Report, show_unchanged: bool) -> Result<()> {
     }
     let total: usize = counts.values().sum();
     let conflicts = counts.get("conflict").copied().unwrap_or(0);
-    let changes = ["create", "ensure", "unbind", "delete"].iter().map(|a| counts.get(a).copied().unwrap_or(0)).sum::<usize>();
+    let changes =
+        ["create", "ensure", "unbind", "delete"].iter().map(|a| counts.get(a).copied().unwrap_or(0)).sum::<usize>();
     let summary: Vec<_> = counts.iter().map(|(a, n)| format!("{n} {a}")).collect();
     let refused: usize = report.vhosts.iter().map(|v| v.refused.len()).sum();
     let last = if conflicts > 0 {
-        format!(
-            "Refused: {conflicts} conflict(s) with the broker; nothing was changed. ({})",
-            summary.join(", ")
-        )
+        format!("Refused: {conflicts} conflict(s) with the broker; nothing was changed. ({})", summary.join(", "))
     } else if report.dry_run {
         format!("Dry run: nothing was changed. Plan: {}.", summary.join(", "))
     } else if refused > 0 {
-        format!("Stopped: the broker refused {refused} step(s); steps before them were applied. ({})", summary.join(", "))
+        format!(
+            "Stopped: the broker refused {refused} step(s); steps before them were applied. ({})",
+            summary.join(", ")
+        )
     } else if changes == 0 {
         format!("No changes: the broker already matches the spec ({total} objects checked).")
     } else {
@@ -222,7 +244,9 @@ fn describe(step: &Step) -> String {
             lines.join("\n")
         }
         Step::Unbind { binding } => format!("  {} unbind    binding  {binding}", output::paint("-", "33")),
-        Step::Delete { queue } => format!("  {} delete    queue    {queue}  (empty and unused)", output::paint("-", "31")),
+        Step::Delete { queue, .. } => {
+            format!("  {} delete    queue    {queue}  (empty and unused)", output::paint("-", "31"))
+        }
         Step::Extra { queue, messages, consumers, drains_into, kept_because } => {
             let count = |n: &Option<u64>| n.map_or("?".to_string(), |n| n.to_string());
             let drains = drains_into.as_ref().map(|d| format!(", drains into {d}")).unwrap_or_default();

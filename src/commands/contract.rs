@@ -39,11 +39,8 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
         ))?;
         let mut table = output::table(&["attempt", "delivered from", "on failure", "message goes to"]);
         for rule in &c.attempts {
-            let from = c
-                .consume
-                .iter()
-                .find(|q| q.attempt.is_none_or(|a| a == rule.attempt))
-                .map_or("", |q| q.queue.as_str());
+            let from =
+                c.consume.iter().find(|q| q.attempt.is_none_or(|a| a == rule.attempt)).map_or("", |q| q.queue.as_str());
             let goes = match &rule.retry {
                 Some(r) => format!("{} for {}, then {}", r.wait_queue, r.delay, r.redelivered_from),
                 None => format!("{} (dead-letter queue)", rule.on_failure.reaches()),

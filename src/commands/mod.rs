@@ -70,7 +70,13 @@ impl SpecArgs {
 #[derive(Debug, clap::Args)]
 pub struct BrokerArgs {
     /// AMQP URL; several, comma-separated, name the nodes of a cluster, tried in turn.
-    #[arg(long, env = "HOPPER_AMQP_URL", default_value = "amqp://guest:guest@localhost:5672", hide_env_values = true, hide_default_value = true)]
+    #[arg(
+        long,
+        env = "HOPPER_AMQP_URL",
+        default_value = "amqp://guest:guest@localhost:5672",
+        hide_env_values = true,
+        hide_default_value = true
+    )]
     pub amqp_url: String,
     /// Management API base URL [default: the first node's host, port 15672, path /api].
     #[arg(long, env = "HOPPER_MANAGEMENT_URL", hide_env_values = true)]

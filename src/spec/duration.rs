@@ -16,7 +16,9 @@ pub fn parse(text: &str) -> Result<Duration, (String, String)> {
     if !trimmed.is_empty() && trimmed.chars().all(|c| c.is_ascii_digit()) {
         return Err((
             format!("delay \"{text}\" has no unit"),
-            format!(r#"raw numbers are ambiguous (5601000 meant as minutes is 93 minutes); write "{trimmed}ms" or "{trimmed}s""#),
+            format!(
+                r#"raw numbers are ambiguous (5601000 meant as minutes is 93 minutes); write "{trimmed}ms" or "{trimmed}s""#
+            ),
         ));
     }
     let d = humantime::parse_duration(trimmed)
@@ -47,7 +49,7 @@ pub fn parse(text: &str) -> Result<Duration, (String, String)> {
 pub fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
     for (unit, size) in [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000)] {
-        if ms % size == 0 {
+        if ms.is_multiple_of(size) {
             return format!("{}{unit}", ms / size);
         }
     }

@@ -119,11 +119,7 @@ pub fn from_sources(sources: Sources, vhost_override: Option<&str>) -> Result<Sp
         drafts.extend(parse::parse_file(file, sources.text(file), &mut diagnostics));
     }
     let topologies = validate::validate(drafts, vhost_override, &mut diagnostics);
-    if diagnostics.is_empty() {
-        Ok(Spec { topologies })
-    } else {
-        Err(SpecError { sources, diagnostics })
-    }
+    if diagnostics.is_empty() { Ok(Spec { topologies }) } else { Err(SpecError { sources, diagnostics }) }
 }
 
 /// Parses one TOML text, for tests and for `-` style callers.
@@ -195,11 +191,7 @@ impl Topology {
     /// Prefixes under which hopper names this topology's generated queues; a live queue under
     /// one of them that the spec no longer has is left over from an earlier version of the spec.
     pub fn generated_prefixes(&self) -> Vec<String> {
-        vec![
-            format!("{}.wait-", self.queue),
-            format!("{}.hop-", self.queue),
-            format!("{}.attempt-", self.queue),
-        ]
+        vec![format!("{}.wait-", self.queue), format!("{}.hop-", self.queue), format!("{}.attempt-", self.queue)]
     }
 }
 

@@ -226,8 +226,7 @@ impl Parser<'_> {
                 Ok(n) => Some(self.loc(n, value.span())),
                 Err(_) => {
                     self.diags.push(
-                        Diagnostic::new(self.file, value.span(), format!("`{key}` is too large"))
-                            .label("out of range"),
+                        Diagnostic::new(self.file, value.span(), format!("`{key}` is too large")).label("out of range"),
                     );
                     None
                 }
@@ -265,7 +264,12 @@ impl Parser<'_> {
         }
     }
 
-    fn table<'a, 'i>(&mut self, key: &str, value: &'a Value<'i>, known: &[(&str, &str, &str)]) -> Option<&'a DeTable<'i>> {
+    fn table<'a, 'i>(
+        &mut self,
+        key: &str,
+        value: &'a Value<'i>,
+        known: &[(&str, &str, &str)],
+    ) -> Option<&'a DeTable<'i>> {
         match value.get_ref() {
             DeValue::Table(t) => Some(t),
             _ => {

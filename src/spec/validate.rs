@@ -6,9 +6,7 @@ use std::ops::Range;
 use std::time::Duration;
 
 use super::parse::{Draft, Loc};
-use super::{
-    DEFAULT_DELIVERY_LIMIT, ExchangeType, MAX_ATTEMPTS, MAX_TTL_MS, QueueType, Strategy, Topology,
-};
+use super::{DEFAULT_DELIVERY_LIMIT, ExchangeType, MAX_ATTEMPTS, MAX_TTL_MS, QueueType, Strategy, Topology};
 use crate::diagnostic::{Diagnostic, FileId};
 
 pub(super) fn validate(drafts: Vec<Draft>, vhost_override: Option<&str>, diags: &mut Vec<Diagnostic>) -> Vec<Topology> {
@@ -40,7 +38,13 @@ pub(super) fn validate(drafts: Vec<Draft>, vhost_override: Option<&str>, diags: 
     topologies.into_iter().map(|(t, _)| t).collect()
 }
 
-fn one_of<T: Copy>(field: &Option<Loc<String>>, default: T, choices: &[(&str, T)], what: &str, diags: &mut Vec<Diagnostic>) -> T {
+fn one_of<T: Copy>(
+    field: &Option<Loc<String>>,
+    default: T,
+    choices: &[(&str, T)],
+    what: &str,
+    diags: &mut Vec<Diagnostic>,
+) -> T {
     let Some(loc) = field else { return default };
     if let Some((_, v)) = choices.iter().find(|(name, _)| *name == loc.value) {
         return *v;
@@ -258,15 +262,9 @@ fn hop_delays(
             }
             if hops > 0 && d.value.len() > hops {
                 diags.push(
-                    d.diag(format!(
-                        "{} delays given but max_attempts allows only {hops} retry hop(s)",
-                        d.value.len()
-                    ))
-                    .label("some delays would never be used")
-                    .hint(format!(
-                        "remove the extra delays, or raise max_attempts to {}",
-                        d.value.len() + 1
-                    )),
+                    d.diag(format!("{} delays given but max_attempts allows only {hops} retry hop(s)", d.value.len()))
+                        .label("some delays would never be used")
+                        .hint(format!("remove the extra delays, or raise max_attempts to {}", d.value.len() + 1)),
                 );
             }
             // When delays is shorter than the hops, its last value repeats.
@@ -428,14 +426,19 @@ fn check_collisions(topologies: &[(Topology, usize)], origins: &[Loc<String>], d
                             origins[other].value
                         )
                     } else {
-                        format!("exchange `{name}` is the {role} exchange here and the {other_role} exchange of `{}`", origins[other].value)
+                        format!(
+                            "exchange `{name}` is the {role} exchange here and the {other_role} exchange of `{}`",
+                            origins[other].value
+                        )
                     };
                     diags.push(
                         origins[*i]
                             .diag(why)
                             .label(format!("`{}` uses `{name}`", t.name))
                             .related(file, span, format!("`{}` uses it too", origins[other].value))
-                            .hint("only main exchanges of the same type may be shared; give the others their own names"),
+                            .hint(
+                                "only main exchanges of the same type may be shared; give the others their own names",
+                            ),
                     );
                 }
             }

@@ -1,0 +1,180 @@
+//! A RabbitMQ consumer that follows hopper's consumer contract, with lapin.
+//!
+//!     hopper contract topologies/orders.toml --format json > contract.json
+//!     cargo run --example retry_consumer -- contract.json orders
+//!
+//! The contract says, for each delivery number, what to do when handling fails: publish a copy
+//! to the retry exchange (republish) or reject (chain, and every last attempt). This file knows
+//! nothing about a particular topology; the integration tests run it against a real broker.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures_lite::StreamExt;
+use lapin::message::Delivery;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicPublishOptions, BasicQosOptions, BasicRejectOptions,
+    ConfirmSelectOptions,
+};
+use lapin::types::{AMQPValue, FieldTable, ShortString};
+use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
+use serde::Deserialize;
+
+/// The parts of `hopper contract --format json` a consumer needs.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Contract {
+    pub topology: String,
+    pub max_attempts: u32,
+    pub attempt_from: AttemptFrom,
+    pub consume: Vec<ConsumeQueue>,
+    pub attempts: Vec<Rule>,
+    pub poison: Action,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "from", rename_all = "snake_case")]
+pub enum AttemptFrom {
+    Header { header: String },
+    Queue,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct ConsumeQueue {
+    pub queue: String,
+    pub attempt: Option<u32>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Rule {
+    pub attempt: u32,
+    pub on_failure: Action,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum Action {
+    Publish { exchange: String, routing_key: String, headers: BTreeMap<String, i64> },
+    Reject,
+}
+
+/// What the application's handler decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Done,
+    /// Worth retrying later.
+    Failed,
+    /// Will never succeed: straight to the dead-letter queue.
+    Poison,
+}
+
+pub type Handler = Arc<dyn Fn(&Delivery, u32) -> Outcome + Send + Sync>;
+
+/// Consumes every queue of the contract until the connection closes.
+pub async fn consume(connection: &Connection, contract: &Contract, handler: Handler) -> lapin::Result<()> {
+    // Copies are published on their own channel, in confirm mode.
+    let publisher = connection.create_channel().await?;
+    publisher.confirm_select(ConfirmSelectOptions::default()).await?;
+    let mut tasks = Vec::new();
+    for q in &contract.consume {
+        let channel = connection.create_channel().await?;
+        channel.basic_qos(10, BasicQosOptions::default()).await?;
+        let mut deliveries = channel
+            .basic_consume(q.queue.as_str().into(), "".into(), BasicConsumeOptions::default(), FieldTable::default())
+            .await?;
+        let (contract, handler, publisher, queue) = (contract.clone(), handler.clone(), publisher.clone(), q.clone());
+        tasks.push(tokio::spawn(async move {
+            while let Some(Ok(delivery)) = deliveries.next().await {
+                let attempt = attempt_of(&contract, &queue, &delivery);
+                let action = match handler(&delivery, attempt) {
+                    Outcome::Done => None,
+                    Outcome::Failed => contract.attempts.iter().find(|r| r.attempt == attempt).map(|r| &r.on_failure),
+                    Outcome::Poison => Some(&contract.poison),
+                };
+                let settled = match action {
+                    None => delivery.ack(BasicAckOptions::default()).await,
+                    Some(Action::Reject) => delivery.reject(BasicRejectOptions { requeue: false }).await,
+                    Some(Action::Publish { exchange, routing_key, headers }) => {
+                        republish(&publisher, &delivery, exchange, routing_key, headers).await
+                    }
+                };
+                if settled.is_err() {
+                    break;
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        let _ = task.await;
+    }
+    Ok(())
+}
+
+/// The delivery number: from the queue (chain) or from the attempt header (republish).
+fn attempt_of(contract: &Contract, queue: &ConsumeQueue, delivery: &Delivery) -> u32 {
+    match &contract.attempt_from {
+        AttemptFrom::Queue => queue.attempt.unwrap_or(1),
+        AttemptFrom::Header { header } => delivery
+            .properties
+            .headers()
+            .as_ref()
+            .and_then(|h| h.inner().get(header.as_str()).cloned())
+            .and_then(|v| match v {
+                AMQPValue::LongLongInt(n) => Some(n as u32),
+                AMQPValue::LongInt(n) => Some(n as u32),
+                AMQPValue::ShortInt(n) => Some(n as u32),
+                _ => None,
+            })
+            .unwrap_or(1),
+    }
+}
+
+/// Publishes a copy (same body and properties, no `expiration`, the contract's headers set),
+/// mandatory and confirmed; acks the original only once the copy is safely routed. Otherwise the
+/// original goes back to its queue, so nothing is lost (at worst a duplicate).
+async fn republish(
+    publisher: &Channel,
+    delivery: &Delivery,
+    exchange: &str,
+    routing_key: &str,
+    headers: &BTreeMap<String, i64>,
+) -> lapin::Result<bool> {
+    let mut table = delivery.properties.headers().clone().unwrap_or_default();
+    for (k, v) in headers {
+        table.insert(ShortString::from(k.as_str()), AMQPValue::LongLongInt(*v));
+    }
+    let mut properties = BasicProperties::default().with_headers(table).with_delivery_mode(2);
+    if let Some(id) = delivery.properties.message_id() {
+        properties = properties.with_message_id(id.clone());
+    }
+    if let Some(content_type) = delivery.properties.content_type() {
+        properties = properties.with_content_type(content_type.clone());
+    }
+    let options = BasicPublishOptions { mandatory: true, ..Default::default() };
+    let confirm = publisher
+        .basic_publish(exchange.into(), routing_key.into(), options, &delivery.data, properties)
+        .await?
+        .await?;
+    match confirm {
+        Confirmation::Ack(None) => delivery.ack(BasicAckOptions::default()).await,
+        _ => delivery.nack(BasicNackOptions { requeue: true, ..Default::default() }).await,
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let [_, path, topology] = args.as_slice() else {
+        return Err("usage: retry_consumer CONTRACT.json TOPOLOGY".into());
+    };
+    let contracts: Vec<Contract> = serde_json::from_str(&std::fs::read_to_string(path)?)?;
+    let contract = contracts.into_iter().find(|c| &c.topology == topology).ok_or("no such topology in the contract")?;
+    let url = std::env::var("AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@localhost:5672/%2f".into());
+    let connection = Connection::connect(&url, ConnectionProperties::default()).await?;
+    // Replace with your own processing: here, a body of "fail" fails every time.
+    let handler: Handler = Arc::new(|delivery, attempt| {
+        println!("attempt {attempt}: {}", String::from_utf8_lossy(&delivery.data));
+        if delivery.data == b"fail" { Outcome::Failed } else { Outcome::Done }
+    });
+    consume(&connection, &contract, handler).await?;
+    Ok(())
+}

@@ -1,0 +1,293 @@
+//! Real messages through every hop: published to the main exchange, failed by the example
+//! consumer that follows `hopper contract`, and parked in the dead-letter queue after exactly
+//! `max_attempts` deliveries, each delay honoured, nothing lost, duplicated or copied elsewhere.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use lapin::options::{QueueBindOptions, QueueDeclareOptions};
+use lapin::types::FieldTable;
+
+use crate::retry_consumer::{self, Contract, Handler, Outcome};
+use crate::support::{self, Broker, RABBITMQ_3, RABBITMQ_4, Vhost};
+
+/// One delivery as the consumer saw it.
+#[derive(Debug, Clone)]
+struct Seen {
+    queue: String,
+    attempt: u32,
+    at: Instant,
+    deaths: Vec<(String, String)>,
+}
+
+type Log = Arc<Mutex<BTreeMap<String, Vec<Seen>>>>;
+
+/// Starts the example consumer on its own connection; it fails every message.
+async fn failing_consumer(
+    vhost: &Vhost,
+    contract: &Contract,
+) -> (Arc<lapin::Connection>, Log, tokio::task::JoinHandle<()>) {
+    let log: Log = Arc::default();
+    let seen = log.clone();
+    let handler: Handler = Arc::new(move |delivery, attempt| {
+        let id = support::message_id(&delivery.properties);
+        seen.lock().unwrap().entry(id).or_default().push(Seen {
+            queue: delivery.routing_key.to_string(),
+            attempt,
+            at: Instant::now(),
+            deaths: support::deaths(&delivery.properties),
+        });
+        Outcome::Failed
+    });
+    let connection = Arc::new(vhost.connect().await);
+    let (c, contract) = (connection.clone(), contract.clone());
+    let task = tokio::spawn(async move {
+        let _ = retry_consumer::consume(&c, &contract, handler).await;
+    });
+    (connection, log, task)
+}
+
+fn contract_of(vhost: &Vhost, spec: &std::path::Path) -> Contract {
+    let out = vhost.hopper(&["contract", "--format", "json", spec.to_str().unwrap()]);
+    assert!(out.status.success());
+    let mut contracts: Vec<Contract> = serde_json::from_slice(&out.stdout).unwrap();
+    contracts.remove(0)
+}
+
+async fn every_hop(broker: Broker, strategy: &str, queue_type: &str) {
+    let vhost = Vhost::new(broker, &format!("flow-{strategy}-{queue_type}")).await;
+    let spec = vhost.spec(
+        "orders.toml",
+        &format!(
+            r#"
+            [topology.orders]
+            exchange = "orders"
+            exchange_type = "topic"
+            routing_keys = ["order.*"]
+            delays = ["300ms", "700ms"]
+            max_attempts = 3
+            strategy = "{strategy}"
+            queue_type = "{queue_type}"
+            "#
+        ),
+    );
+    let out = vhost.hopper(&["apply", spec.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0));
+    let again = vhost.hopper(&["apply", spec.to_str().unwrap()]);
+    assert_eq!(again.status.code(), Some(0));
+    assert!(support::text(&again.stdout).contains("No changes"), "a second apply must change nothing");
+
+    // Another application's queue on the main exchange: it must see each message once, never a retry.
+    let admin = vhost.connect().await;
+    let channel = admin.create_channel().await.unwrap();
+    channel
+        .queue_declare(
+            "audit".into(),
+            QueueDeclareOptions { durable: true, ..Default::default() },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    channel
+        .queue_bind("audit".into(), "orders".into(), "#".into(), QueueBindOptions::default(), FieldTable::default())
+        .await
+        .unwrap();
+
+    let contract = contract_of(&vhost, &spec);
+    let (consumer, log, task) = failing_consumer(&vhost, &contract).await;
+    let ids: Vec<String> = (0..5).map(|i| format!("order-{i}")).collect();
+    support::publish(&admin, "orders", "order.created", &ids).await;
+    support::wait_for_count(&admin, "orders.dlq", ids.len() as u32, Duration::from_secs(60)).await;
+    // Give a stray duplicate, if any, the time to show up before counting.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    consumer.close(200, "done".into()).await.unwrap();
+    let _ = task.await;
+
+    let log = log.lock().unwrap().clone();
+    assert_eq!(log.keys().cloned().collect::<Vec<_>>(), ids, "every message and only them");
+    for (id, seen) in &log {
+        let attempts: Vec<u32> = seen.iter().map(|s| s.attempt).collect();
+        assert_eq!(attempts, vec![1, 2, 3], "{id}: exactly max_attempts deliveries, in order");
+        for (k, s) in seen.iter().enumerate() {
+            let attempt = k as u32 + 1;
+            if attempt > 1 {
+                // Redelivered through the default exchange: the routing key is the queue's name.
+                let queue = &contract.consume.iter().find(|q| q.attempt.is_none_or(|a| a == attempt)).unwrap().queue;
+                assert_eq!(&s.queue, queue, "{id}: attempt {attempt} delivered from {queue}");
+            }
+            if attempt > 1 {
+                let hop = attempt - 1;
+                let wait = if strategy == "chain" {
+                    format!("orders.hop-{hop}.wait-{}", ["300ms", "700ms"][hop as usize - 1])
+                } else {
+                    format!("orders.wait-{}", ["300ms", "700ms"][hop as usize - 1])
+                };
+                assert!(
+                    s.deaths.contains(&(wait.clone(), "expired".to_string())),
+                    "{id}: attempt {attempt} went through {wait}: x-death was {:?}",
+                    s.deaths
+                );
+                let delay = Duration::from_millis([300, 700][hop as usize - 1]);
+                let waited = s.at - seen[k - 1].at;
+                assert!(waited >= delay, "{id}: waited {waited:?} before attempt {attempt}, less than {delay:?}");
+            }
+        }
+    }
+
+    let parked = support::drain(&admin, "orders.dlq").await;
+    let mut parked_ids: Vec<String> = parked.iter().map(|m| support::message_id(&m.delivery.properties)).collect();
+    parked_ids.sort();
+    assert_eq!(parked_ids, ids, "each message parked exactly once");
+    for m in &parked {
+        let last = if strategy == "chain" { "orders.attempt-3" } else { "orders" };
+        assert_eq!(support::deaths(&m.delivery.properties).first(), Some(&(last.to_string(), "rejected".to_string())));
+    }
+    assert_eq!(
+        support::count(&admin, "audit").await,
+        Some(ids.len() as u32),
+        "no retry copied to the main exchange's other queues"
+    );
+    for q in [
+        "orders",
+        "orders.attempt-2",
+        "orders.attempt-3",
+        "orders.wait-300ms",
+        "orders.wait-700ms",
+        "orders.hop-1.wait-300ms",
+        "orders.hop-2.wait-700ms",
+    ] {
+        if let Some(n) = support::count(&admin, q).await {
+            assert_eq!(n, 0, "{q} is empty at the end");
+        }
+    }
+}
+
+#[tokio::test]
+async fn republish_quorum_on_rabbitmq_3() {
+    every_hop(RABBITMQ_3, "republish", "quorum").await;
+}
+
+#[tokio::test]
+async fn republish_classic_on_rabbitmq_3() {
+    every_hop(RABBITMQ_3, "republish", "classic").await;
+}
+
+#[tokio::test]
+async fn chain_quorum_on_rabbitmq_3() {
+    every_hop(RABBITMQ_3, "chain", "quorum").await;
+}
+
+#[tokio::test]
+async fn chain_classic_on_rabbitmq_3() {
+    every_hop(RABBITMQ_3, "chain", "classic").await;
+}
+
+#[tokio::test]
+async fn republish_quorum_on_rabbitmq_4() {
+    every_hop(RABBITMQ_4, "republish", "quorum").await;
+}
+
+#[tokio::test]
+async fn republish_classic_on_rabbitmq_4() {
+    every_hop(RABBITMQ_4, "republish", "classic").await;
+}
+
+#[tokio::test]
+async fn chain_quorum_on_rabbitmq_4() {
+    every_hop(RABBITMQ_4, "chain", "quorum").await;
+}
+
+#[tokio::test]
+async fn chain_classic_on_rabbitmq_4() {
+    every_hop(RABBITMQ_4, "chain", "classic").await;
+}
+
+/// Messages wait in the 5s wait queue while `apply` changes the delay to 1s: the old queue is
+/// kept, still dead-letters into the main queue, and every waiting message is delivered.
+async fn delay_change(broker: Broker, strategy: &str) {
+    let vhost = Vhost::new(broker, &format!("delay-change-{strategy}")).await;
+    let topology = |delay: &str| {
+        format!("[topology.orders]\ndelays = [\"{delay}\"]\nmax_attempts = 2\nstrategy = \"{strategy}\"\n")
+    };
+    let spec = vhost.spec("orders.toml", &topology("5s"));
+    assert_eq!(vhost.hopper(&["apply", spec.to_str().unwrap()]).status.code(), Some(0));
+    let old_wait = if strategy == "chain" { "orders.hop-1.wait-5s" } else { "orders.wait-5s" };
+    let new_wait = if strategy == "chain" { "orders.hop-1.wait-1s" } else { "orders.wait-1s" };
+
+    // First deliveries fail, so every message is now waiting in the old wait queue.
+    let contract = contract_of(&vhost, &spec);
+    let (consumer, log, task) = failing_consumer(&vhost, &contract).await;
+    let admin = vhost.connect().await;
+    let ids: Vec<String> = (0..5).map(|i| format!("waiting-{i}")).collect();
+    support::publish(&admin, "orders", "orders", &ids).await;
+    support::wait_for_count(&admin, old_wait, ids.len() as u32, Duration::from_secs(20)).await;
+    consumer.close(200, "pause".into()).await.unwrap();
+    let _ = task.await;
+    assert!(log.lock().unwrap().values().all(|s| s.len() == 1));
+
+    let spec = vhost.spec("orders.toml", &topology("1s"));
+    let out = vhost.hopper(&["apply", "--prune", spec.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = support::text(&out.stdout);
+    assert!(stdout.contains(&format!("create    queue    {new_wait}")), "{stdout}");
+    assert!(stdout.contains(&format!("unbind    binding  orders.retry -> {old_wait}")), "{stdout}");
+    assert!(
+        stdout.contains(&format!("extra     queue    {old_wait}  (5 message(s)")),
+        "kept while it holds messages: {stdout}"
+    );
+    assert_eq!(support::count(&admin, old_wait).await, Some(5), "apply did not touch the waiting messages");
+
+    // A message failing now goes through the new wait queue; the waiting ones still arrive.
+    let (consumer, log, task) = failing_consumer(&vhost, &contract_of(&vhost, &spec)).await;
+    support::publish(&admin, "orders", "orders", &["fresh".to_string()]).await;
+    support::wait_for_count(&admin, "orders.dlq", ids.len() as u32 + 1, Duration::from_secs(30)).await;
+    consumer.close(200, "done".into()).await.unwrap();
+    let _ = task.await;
+    let log = log.lock().unwrap().clone();
+    for id in &ids {
+        let seen = &log[id];
+        assert_eq!(seen.len(), 1, "{id}: delivered once more, at its second attempt");
+        assert_eq!(seen[0].attempt, 2);
+        assert!(
+            seen[0].deaths.contains(&(old_wait.to_string(), "expired".to_string())),
+            "{id} came out of the old wait queue"
+        );
+    }
+    assert!(log["fresh"][1].deaths.contains(&(new_wait.to_string(), "expired".to_string())));
+    let mut parked: Vec<String> = support::drain(&admin, "orders.dlq")
+        .await
+        .iter()
+        .map(|m| support::message_id(&m.delivery.properties))
+        .collect();
+    parked.sort();
+    let mut expected = ids.clone();
+    expected.push("fresh".into());
+    expected.sort();
+    assert_eq!(parked, expected, "nothing lost, nothing duplicated");
+
+    // Empty now: pruned.
+    let out = vhost.hopper(&["apply", "--prune", spec.to_str().unwrap()]);
+    assert!(support::text(&out.stdout).contains(&format!("delete    queue    {old_wait}")));
+    assert_eq!(support::count(&admin, old_wait).await, None);
+}
+
+#[tokio::test]
+async fn delay_change_republish_on_rabbitmq_3() {
+    delay_change(RABBITMQ_3, "republish").await;
+}
+
+#[tokio::test]
+async fn delay_change_chain_on_rabbitmq_3() {
+    delay_change(RABBITMQ_3, "chain").await;
+}
+
+#[tokio::test]
+async fn delay_change_republish_on_rabbitmq_4() {
+    delay_change(RABBITMQ_4, "republish").await;
+}
+
+#[tokio::test]
+async fn delay_change_chain_on_rabbitmq_4() {
+    delay_change(RABBITMQ_4, "chain").await;
+}
