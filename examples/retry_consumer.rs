@@ -84,7 +84,8 @@ pub async fn consume(connection: &Connection, contract: &Contract, handler: Hand
         let (contract, handler, publisher, queue) = (contract.clone(), handler.clone(), publisher.clone(), q.clone());
         tasks.push(tokio::spawn(async move {
             while let Some(Ok(delivery)) = deliveries.next().await {
-                let attempt = attempt_of(&contract, &queue, &delivery);
+                // A copy published before max_attempts was lowered counts as the last attempt.
+                let attempt = attempt_of(&contract, &queue, &delivery).min(contract.max_attempts);
                 let action = match handler(&delivery, attempt) {
                     Outcome::Done => None,
                     Outcome::Failed => contract.attempts.iter().find(|r| r.attempt == attempt).map(|r| &r.on_failure),

@@ -119,7 +119,12 @@ fn wait_queue(t: &Topology, name: &str, hops: Vec<u32>, delay: std::time::Durati
     args.insert("x-dead-letter-exchange".into(), str(""));
     args.insert("x-dead-letter-routing-key".into(), str(target));
     at_least_once(t, &mut args);
-    Queue { name: name.to_string(), durable: true, arguments: args, role: Role::Wait { hops, delay: format_duration(delay) } }
+    Queue {
+        name: name.to_string(),
+        durable: true,
+        arguments: args,
+        role: Role::Wait { hops, delay: format_duration(delay) },
+    }
 }
 
 fn work_queue_arguments(t: &Topology) -> Arguments {

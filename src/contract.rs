@@ -140,9 +140,7 @@ pub fn contract(t: &Topology) -> Contract {
         ),
         Strategy::Chain => (
             AttemptSource::Queue,
-            (1..=t.max_attempts)
-                .map(|a| ConsumeQueue { queue: t.work_queue(a), attempt: Some(a) })
-                .collect(),
+            (1..=t.max_attempts).map(|a| ConsumeQueue { queue: t.work_queue(a), attempt: Some(a) }).collect(),
             // A reject would only move it to the next hop; skip the hops by publishing.
             Action::Publish {
                 exchange: t.dead_letter_exchange.clone(),

@@ -76,12 +76,13 @@ pub enum Step {
         drains_into: Option<String>,
         kept_because: Option<String>,
     },
-    /// An extra queue removed by `--prune`: it was empty and unused. The broker re-checks
-    /// emptiness at deletion; quorum queues cannot re-check consumers (`if-unused`), so for them
-    /// the consumer count read just before stands.
+    /// An extra queue removed by `--prune`: it was empty and unused. Classic queues are deleted
+    /// with `if-empty` and `if-unused`, so the broker re-checks at that instant; quorum queues
+    /// support neither flag, so their counts are read again immediately before the deletion
+    /// (nothing routes to a left-over queue any more: its bindings were removed first).
     Delete {
         queue: String,
-        if_unused: bool,
+        broker_checks: bool,
     },
 }
 
@@ -160,7 +161,7 @@ pub fn plan(vhost: &str, topologies: &[&CompiledTopology], live: &Live, prune: b
                 (true, true) => {
                     let quorum = q.arguments.as_ref().and_then(|a| a.get("x-queue-type"))
                         == Some(&ArgValue::Str("quorum".into()));
-                    steps.push(Step::Delete { queue: name.clone(), if_unused: !quorum });
+                    steps.push(Step::Delete { queue: name.clone(), broker_checks: !quorum });
                     continue;
                 }
                 (false, _) => "pass --prune to remove it once it is empty".to_string(),
@@ -402,7 +403,7 @@ mod tests {
             plan("/", &[&new[0]], &live, true)
                 .steps
                 .iter()
-                .any(|s| matches!(s, Step::Delete { queue, if_unused: false } if queue == "orders.wait-30s"))
+                .any(|s| matches!(s, Step::Delete { queue, broker_checks: false } if queue == "orders.wait-30s"))
         );
     }
 

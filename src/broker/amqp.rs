@@ -173,8 +173,19 @@ impl Session {
 
     /// Deletes a queue only if it is empty at that instant (and unused, where the queue type
     /// lets the broker check it): a message that arrived since the plan was made is never lost.
-    async fn delete_if_empty(&mut self, queue: &str, if_unused: bool) -> Result<Outcome> {
-        let options = QueueDeleteOptions { if_empty: true, if_unused, ..Default::default() };
+    async fn delete_if_empty(&mut self, queue: &str, broker_checks: bool) -> Result<Outcome> {
+        if !broker_checks {
+            match self.queue_counts(queue).await? {
+                Some((0, 0)) => {}
+                Some((m, c)) => {
+                    return Ok(Outcome::Refused(format!(
+                        "not deleted: it now holds {m} message(s) and {c} consumer(s)"
+                    )));
+                }
+                None => return Ok(Outcome::Done),
+            }
+        }
+        let options = QueueDeleteOptions { if_empty: broker_checks, if_unused: broker_checks, ..Default::default() };
         let r = self.channel.queue_delete(short(queue)?, options).await;
         self.outcome(r).await
     }
@@ -190,7 +201,7 @@ impl Session {
                     Object::Binding(b) => self.bind(b).await?,
                 },
                 Step::Unbind { binding } => self.unbind(binding).await?,
-                Step::Delete { queue, if_unused } => self.delete_if_empty(queue, *if_unused).await?,
+                Step::Delete { queue, broker_checks } => self.delete_if_empty(queue, *broker_checks).await?,
                 Step::InSync { .. } | Step::Conflict { .. } | Step::Extra { .. } => continue,
             };
             let stop = matches!(outcome, Outcome::Refused(_)) && !matches!(step, Step::Delete { .. });
