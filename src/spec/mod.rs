@@ -119,6 +119,9 @@ pub fn from_sources(sources: Sources, vhost_override: Option<&str>) -> Result<Sp
         drafts.extend(parse::parse_file(file, sources.text(file), &mut diagnostics));
     }
     let topologies = validate::validate(drafts, vhost_override, &mut diagnostics);
+    // A mistake in [defaults] is found once per topology that inherits it; show it once.
+    let mut seen = std::collections::BTreeSet::new();
+    diagnostics.retain(|d| seen.insert((d.file, d.span.start, d.span.end, d.message.clone())));
     if diagnostics.is_empty() { Ok(Spec { topologies }) } else { Err(SpecError { sources, diagnostics }) }
 }
 

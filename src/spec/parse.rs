@@ -2,6 +2,7 @@
 //! Values are checked for meaning in `validate`.
 
 use std::borrow::Cow;
+use std::collections::BTreeSet;
 use std::ops::Range;
 use std::time::Duration;
 
@@ -48,6 +49,8 @@ pub(super) struct Fields {
     pub dead_letter_exchange: Option<Loc<String>>,
     pub dead_letter_queue: Option<Loc<String>>,
     pub delivery_limit: Option<Loc<i64>>,
+    /// Keys whose value was wrong and already reported: their absence must not be reported again.
+    pub invalid: BTreeSet<&'static str>,
 }
 
 impl Fields {
@@ -67,6 +70,7 @@ impl Fields {
             dead_letter_exchange: self.dead_letter_exchange.or_else(|| defaults.dead_letter_exchange.clone()),
             dead_letter_queue: self.dead_letter_queue.or_else(|| defaults.dead_letter_queue.clone()),
             delivery_limit: self.delivery_limit.or_else(|| defaults.delivery_limit.clone()),
+            invalid: self.invalid.union(&defaults.invalid).copied().collect(),
         }
     }
 }
@@ -77,6 +81,8 @@ pub(super) struct Draft {
     pub name: Loc<String>,
     pub vhost: Option<Loc<String>>,
     pub fields: Fields,
+    /// The delays come from `[defaults]`: a topology that does not retry may ignore them.
+    pub delays_inherited: bool,
 }
 
 /// Key, what its value must be, and an example to show in a hint.
@@ -116,7 +122,7 @@ pub(super) fn parse_file(file: FileId, text: &str, diags: &mut Vec<Diagnostic>) 
             diags.push(
                 Diagnostic::new(file, span, format!("invalid TOML: {}", e.message().trim_end()))
                     .label("here")
-                    .hint("see https://toml.io for the syntax; strings need double quotes"),
+                    .hint("see https://toml.io for the syntax"),
             );
             return Vec::new();
         }
@@ -133,7 +139,15 @@ pub(super) fn parse_file(file: FileId, text: &str, diags: &mut Vec<Diagnostic>) 
         .unwrap_or_default();
 
     let mut drafts = Vec::new();
-    let Some(topologies) = root.get("topology").and_then(|v| p.table("topology", v, TOP_LEVEL_KEYS)) else {
+    let Some(topology) = root.get("topology") else {
+        p.diags.push(
+            Diagnostic::new(file, 0..0, "this file declares no topology")
+                .label("no [topology.NAME] section")
+                .hint("add a section such as [topology.orders] with delays and max_attempts"),
+        );
+        return drafts;
+    };
+    let Some(topologies) = p.table("topology", topology, TOP_LEVEL_KEYS) else {
         return drafts;
     };
     for (key, value) in topologies.iter() {
@@ -146,8 +160,9 @@ pub(super) fn parse_file(file: FileId, text: &str, diags: &mut Vec<Diagnostic>) 
             );
             continue;
         };
-        let fields = p.fields(table, &format!("[topology.{}]", name.value)).or(&defaults);
-        drafts.push(Draft { name, vhost: vhost.clone(), fields });
+        let own = p.fields(table, &format!("[topology.{}]", name.value));
+        let delays_inherited = own.delays.is_none() && defaults.delays.is_some();
+        drafts.push(Draft { name, vhost: vhost.clone(), fields: own.or(&defaults), delays_inherited });
     }
     drafts
 }
@@ -226,7 +241,12 @@ impl Parser<'_> {
                 Ok(n) => Some(self.loc(n, value.span())),
                 Err(_) => {
                     self.diags.push(
-                        Diagnostic::new(self.file, value.span(), format!("`{key}` is too large")).label("out of range"),
+                        Diagnostic::new(self.file, value.span(), format!("`{key}` is too large"))
+                            .label("out of range")
+                            .hint(match key {
+                                "max_attempts" => format!("max_attempts is at most {}", super::MAX_ATTEMPTS),
+                                _ => "use a value that fits in a signed 64-bit integer".to_string(),
+                            }),
                     );
                     None
                 }
@@ -246,6 +266,14 @@ impl Parser<'_> {
         };
         match parsed {
             Some(n) if n.is_finite() => Some(self.loc(n, value.span())),
+            Some(_) => {
+                self.diags.push(
+                    Diagnostic::new(self.file, value.span(), format!("`{key}` must be a finite number"))
+                        .label("not finite")
+                        .hint("for example: multiplier = 2.0"),
+                );
+                None
+            }
             _ => {
                 self.type_error(key, value, "a number", known);
                 None
@@ -290,11 +318,14 @@ impl Parser<'_> {
     }
 
     fn fields(&mut self, table: &DeTable, context: &str) -> Fields {
-        self.check_keys(table, TOPOLOGY_KEYS, context, |_| None);
+        self.check_keys(table, TOPOLOGY_KEYS, context, |key| {
+            (key == "vhost").then(|| "`vhost` is set once per file, at the top, before any section".to_string())
+        });
         let k = TOPOLOGY_KEYS;
         let mut f = Fields::default();
         for (key, value) in table.iter() {
-            let key: &str = key.get_ref();
+            let Some(&(key, _, _)) = TOPOLOGY_KEYS.iter().find(|(k, _, _)| *k == key.get_ref()) else { continue };
+            let before = self.diags.len();
             match key {
                 "exchange" => f.exchange = self.string(key, value, k),
                 "exchange_type" => f.exchange_type = self.string(key, value, k),
@@ -324,6 +355,9 @@ impl Parser<'_> {
                     }
                 }
                 _ => {}
+            }
+            if self.diags.len() > before {
+                f.invalid.insert(key);
             }
         }
         f

@@ -2,15 +2,27 @@
 //! against RabbitMQ's limits and against each other.
 
 use std::collections::BTreeMap;
-use std::ops::Range;
 use std::time::Duration;
 
 use super::parse::{Draft, Loc};
 use super::{DEFAULT_DELIVERY_LIMIT, ExchangeType, MAX_ATTEMPTS, MAX_TTL_MS, QueueType, Strategy, Topology};
-use crate::diagnostic::{Diagnostic, FileId};
+use crate::diagnostic::Diagnostic;
+
+/// A valid topology, and where each of its names was written (or the name it derives from), so
+/// that a collision is reported where the user can fix it.
+struct Placed {
+    topology: Topology,
+    origin: Loc<String>,
+    queue: Loc<String>,
+    dead_letter_queue: Loc<String>,
+    exchange: Loc<String>,
+    exchange_type: Loc<String>,
+    retry_exchange: Loc<String>,
+    dead_letter_exchange: Loc<String>,
+}
 
 pub(super) fn validate(drafts: Vec<Draft>, vhost_override: Option<&str>, diags: &mut Vec<Diagnostic>) -> Vec<Topology> {
-    let mut topologies = Vec::new();
+    let mut placed = Vec::new();
     let mut origins: Vec<Loc<String>> = Vec::new();
     for draft in drafts {
         if let Some(first) = origins.iter().find(|o| o.value == draft.name.value) {
@@ -24,18 +36,18 @@ pub(super) fn validate(drafts: Vec<Draft>, vhost_override: Option<&str>, diags: 
             );
             continue;
         }
+        origins.push(draft.name.clone());
         let before = diags.len();
-        let origin = draft.name.clone();
-        let topology = topology(draft, vhost_override, diags);
+        let p = topology(draft, vhost_override, diags);
         if diags.len() == before {
-            origins.push(origin);
-            topologies.push((topology, origins.len() - 1));
-        } else {
-            origins.push(origin);
+            check_within(&p, diags);
+        }
+        if diags.len() == before {
+            placed.push(p);
         }
     }
-    check_collisions(&topologies, &origins, diags);
-    topologies.into_iter().map(|(t, _)| t).collect()
+    check_collisions(&placed, diags);
+    placed.into_iter().map(|p| p.topology).collect()
 }
 
 fn one_of<T: Copy>(
@@ -52,14 +64,14 @@ fn one_of<T: Copy>(
     let names: Vec<_> = choices.iter().map(|(n, _)| format!("\"{n}\"")).collect();
     diags.push(
         loc.diag(format!("unknown {what} \"{}\"", loc.value))
-            .label(format!("not a {what}"))
+            .label(format!("not a valid {what}"))
             .hint(format!("use one of {}", names.join(", "))),
     );
     default
 }
 
-fn topology(draft: Draft, vhost_override: Option<&str>, diags: &mut Vec<Diagnostic>) -> Topology {
-    let f = draft.fields;
+fn topology(draft: Draft, vhost_override: Option<&str>, diags: &mut Vec<Diagnostic>) -> Placed {
+    let mut f = draft.fields;
     let name = &draft.name;
     check_name(name, "topology name", diags);
 
@@ -117,7 +129,11 @@ fn topology(draft: Draft, vhost_override: Option<&str>, diags: &mut Vec<Diagnost
         (Some(keys), _) => {
             for key in &keys.value {
                 if key.value.len() > 255 {
-                    diags.push(key.diag("a routing key is longer than 255 bytes").label("too long"));
+                    diags.push(
+                        key.diag(format!("a routing key is {} bytes long; RabbitMQ allows 255", key.value.len()))
+                            .label("too long")
+                            .hint("routing keys are AMQP short strings; use a shorter key or a topic pattern"),
+                    );
                 }
             }
             keys.value.iter().map(|k| k.value.clone()).collect()
@@ -132,6 +148,7 @@ fn topology(draft: Draft, vhost_override: Option<&str>, diags: &mut Vec<Diagnost
                     .label("too small")
                     .hint("max_attempts counts deliveries in total: 1 means no retry"),
             );
+            f.invalid.insert("max_attempts");
             1
         }
         Some(m) if m.value > MAX_ATTEMPTS => {
@@ -140,12 +157,15 @@ fn topology(draft: Draft, vhost_override: Option<&str>, diags: &mut Vec<Diagnost
                     .label("too large")
                     .hint("each retry is a hop through a wait queue; use backoff with a `max` for long retry windows"),
             );
+            f.invalid.insert("max_attempts");
             1
         }
         Some(m) => m.value as u32,
         None => match &f.delays {
             // Without max_attempts, every delay is one hop.
             Some(d) if f.backoff.is_none() => d.value.len() as u32 + 1,
+            // Already reported: the value that would have given the count was wrong.
+            _ if ["max_attempts", "delays", "backoff"].iter().any(|k| f.invalid.contains(k)) => 1,
             _ => {
                 diags.push(
                     name.diag(format!("topology `{}` has no `max_attempts`", name.value))
@@ -157,21 +177,34 @@ fn topology(draft: Draft, vhost_override: Option<&str>, diags: &mut Vec<Diagnost
         },
     };
     let hops = max_attempts.saturating_sub(1) as usize;
-    let hop_delays = hop_delays(name, &f.delays, &f.backoff, hops, diags);
+    let hop_delays = if ["delays", "backoff", "max_attempts"].iter().any(|k| f.invalid.contains(k)) {
+        Vec::new() // already reported
+    } else {
+        hop_delays(name, &f.delays, &f.backoff, hops, draft.delays_inherited, diags)
+    };
 
+    // Names the user wrote are checked where they wrote them; names derived from the queue's
+    // name only for length, once the queue's own name is known to be good.
     let queue = f.queue.clone().unwrap_or_else(|| name.clone());
-    check_name(&queue, "queue name", diags);
+    let exchange = f.exchange.clone().unwrap_or_else(|| name.clone());
+    let explicit = [
+        (&f.queue, "queue name"),
+        (&f.exchange, "exchange name"),
+        (&f.retry_exchange, "retry exchange name"),
+        (&f.dead_letter_exchange, "dead-letter exchange name"),
+        (&f.dead_letter_queue, "dead-letter queue name"),
+    ];
+    for (field, what) in explicit {
+        if let Some(loc) = field {
+            check_name(loc, what, diags);
+        }
+    }
     let derived = |field: &Option<Loc<String>>, suffix: &str| {
         field.clone().unwrap_or_else(|| Loc { value: format!("{}{suffix}", queue.value), ..queue.clone() })
     };
-    let exchange = f.exchange.clone().unwrap_or_else(|| name.clone());
     let retry_exchange = derived(&f.retry_exchange, ".retry");
     let dead_letter_exchange = derived(&f.dead_letter_exchange, ".dlx");
     let dead_letter_queue = derived(&f.dead_letter_queue, ".dlq");
-    check_name(&exchange, "exchange name", diags);
-    check_name(&retry_exchange, "retry exchange name", diags);
-    check_name(&dead_letter_exchange, "dead-letter exchange name", diags);
-    check_name(&dead_letter_queue, "dead-letter queue name", diags);
 
     let delivery_limit = match (queue_type, &f.delivery_limit) {
         (QueueType::Classic, Some(limit)) => {
@@ -209,7 +242,7 @@ fn topology(draft: Draft, vhost_override: Option<&str>, diags: &mut Vec<Diagnost
     let topology = Topology {
         name: name.value.clone(),
         vhost,
-        exchange: exchange.value,
+        exchange: exchange.value.clone(),
         exchange_type,
         routing_keys,
         hop_delays,
@@ -217,13 +250,25 @@ fn topology(draft: Draft, vhost_override: Option<&str>, diags: &mut Vec<Diagnost
         strategy,
         queue_type,
         queue: queue.value.clone(),
-        retry_exchange: retry_exchange.value,
-        dead_letter_exchange: dead_letter_exchange.value,
-        dead_letter_queue: dead_letter_queue.value,
+        retry_exchange: retry_exchange.value.clone(),
+        dead_letter_exchange: dead_letter_exchange.value.clone(),
+        dead_letter_queue: dead_letter_queue.value.clone(),
         delivery_limit,
     };
-    check_generated_names(&topology, &queue, diags);
-    topology
+    let queue_is_good = !queue.value.is_empty() && queue.value.len() <= 255;
+    if queue_is_good {
+        check_generated_names(&topology, &queue, &f, diags);
+    }
+    Placed {
+        topology,
+        origin: name.clone(),
+        queue,
+        dead_letter_queue,
+        exchange,
+        exchange_type: f.exchange_type.clone().unwrap_or_else(|| name.clone()),
+        retry_exchange,
+        dead_letter_exchange,
+    }
 }
 
 fn hop_delays(
@@ -231,6 +276,7 @@ fn hop_delays(
     delays: &Option<Loc<Vec<Loc<Duration>>>>,
     backoff: &Option<Loc<super::parse::Backoff>>,
     hops: usize,
+    inherited: bool,
     diags: &mut Vec<Diagnostic>,
 ) -> Vec<Duration> {
     match (delays, backoff) {
@@ -260,7 +306,14 @@ fn hop_delays(
                 );
                 return Vec::new();
             }
-            if hops > 0 && d.value.len() > hops {
+            if !inherited && hops == 0 && !d.value.is_empty() {
+                diags.push(
+                    d.diag("delays are set but max_attempts = 1 means no retry")
+                        .label("never used")
+                        .hint(format!("remove `delays`, or set max_attempts = {} to retry", d.value.len() + 1)),
+                );
+            }
+            if !inherited && hops > 0 && d.value.len() > hops {
                 diags.push(
                     d.diag(format!("{} delays given but max_attempts allows only {hops} retry hop(s)", d.value.len()))
                         .label("some delays would never be used")
@@ -330,21 +383,27 @@ fn check_name(name: &Loc<String>, what: &str, diags: &mut Vec<Diagnostic>) {
     }
 }
 
-/// Generated queue names must fit too; a quorum queue's internal name also holds the vhost.
-fn check_generated_names(t: &Topology, queue: &Loc<String>, diags: &mut Vec<Diagnostic>) {
-    if queue.value.is_empty() || queue.value.len() > 255 {
-        return; // already reported
+/// Generated names must fit too; a quorum queue's internal name also holds the vhost
+/// (`<vhost>_<name>`, with `/` written `%2F`). Reported once, at the name they derive from.
+fn check_generated_names(t: &Topology, queue: &Loc<String>, f: &super::parse::Fields, diags: &mut Vec<Diagnostic>) {
+    let vhost_len = if t.vhost == "/" { 3 } else { t.vhost.len() };
+    let queue_limit = match t.queue_type {
+        QueueType::Quorum => 255usize.saturating_sub(vhost_len + 1),
+        QueueType::Classic => 255,
+    };
+    let mut generated: Vec<(String, usize)> = queue_names(t).into_iter().map(|q| (q, queue_limit)).collect();
+    if f.retry_exchange.is_none() {
+        generated.push((t.retry_exchange.clone(), 255));
     }
-    let vhost_len = percent_encoded_len(&t.vhost);
-    for q in queue_names(t) {
-        let limit = match t.queue_type {
-            QueueType::Quorum => 255usize.saturating_sub(vhost_len + 1),
-            QueueType::Classic => 255,
-        };
-        if q.len() > limit {
+    if f.dead_letter_exchange.is_none() {
+        generated.push((t.dead_letter_exchange.clone(), 255));
+    }
+    let explicit_dlq = f.dead_letter_queue.as_ref().map(|l| l.value.as_str());
+    for (name, limit) in generated {
+        if name.len() > limit && Some(name.as_str()) != explicit_dlq {
             diags.push(
                 queue
-                    .diag(format!("the generated queue name `{q}` is {} bytes; at most {limit} fit here", q.len()))
+                    .diag(format!("the generated name `{name}` is {} bytes; at most {limit} fit here", name.len()))
                     .label("base of the generated name")
                     .hint("shorten the queue name (a quorum queue's internal name is `<vhost>_<name>`, at most 255 bytes)"),
             );
@@ -353,24 +412,28 @@ fn check_generated_names(t: &Topology, queue: &Loc<String>, diags: &mut Vec<Diag
     }
 }
 
-fn percent_encoded_len(vhost: &str) -> usize {
-    vhost.bytes().map(|b| if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) { 1 } else { 3 }).sum()
-}
-
-/// Every queue a topology declares, dead-letter queue first.
-pub(super) fn queue_names(t: &Topology) -> Vec<String> {
-    let mut names = vec![t.dead_letter_queue.clone()];
+/// Every queue a topology declares, main queue first, with what each one is for.
+fn roles(t: &Topology) -> Vec<(String, String)> {
+    let mut all = Vec::new();
     for attempt in 1..=t.max_attempts {
-        let q = t.work_queue(attempt);
-        if !names.contains(&q) {
-            names.push(q);
+        let role = if attempt == 1 { "main queue".to_string() } else { format!("work queue of attempt {attempt}") };
+        if attempt == 1 || t.strategy == Strategy::Chain {
+            all.push((t.work_queue(attempt), role));
         }
     }
-    for hop in 1..=t.hops() {
-        if hop as usize > t.hop_delays.len() {
-            break;
+    for hop in 1..=t.hops().min(t.hop_delays.len() as u32) {
+        let wait = t.wait_queue(hop);
+        if !all.iter().any(|(q, _)| *q == wait) {
+            all.push((wait, format!("wait queue of retry {hop}")));
         }
-        let q = t.wait_queue(hop);
+    }
+    all.push((t.dead_letter_queue.clone(), "dead-letter queue".to_string()));
+    all
+}
+
+pub(super) fn queue_names(t: &Topology) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for (q, _) in roles(t) {
         if !names.contains(&q) {
             names.push(q);
         }
@@ -378,70 +441,118 @@ pub(super) fn queue_names(t: &Topology) -> Vec<String> {
     names
 }
 
+/// A queue or exchange of one topology must not play two parts: a dead-letter queue that is also
+/// the main queue would send exhausted messages back into the retry path.
+fn check_within(p: &Placed, diags: &mut Vec<Diagnostic>) {
+    let t = &p.topology;
+    let queues = roles(t);
+    if let Some((_, role)) = queues.iter().find(|(q, r)| *q == t.dead_letter_queue && r != "dead-letter queue") {
+        diags.push(
+            p.dead_letter_queue
+                .diag(format!("the dead-letter queue `{}` is also the {role}", t.dead_letter_queue))
+                .label("dead letters would go back into the retry path")
+                .hint(format!("give the dead-letter queue its own name, such as \"{}.dlq\"", t.queue)),
+        );
+        return;
+    }
+    let mut exchanges =
+        vec![(&t.exchange, "main", &p.exchange), (&t.dead_letter_exchange, "dead-letter", &p.dead_letter_exchange)];
+    if t.hops() > 0 || t.strategy == Strategy::Chain {
+        exchanges.push((&t.retry_exchange, "retry", &p.retry_exchange));
+    }
+    for (i, (a, role_a, _)) in exchanges.iter().enumerate() {
+        if let Some((_, role_b, loc)) = exchanges[i + 1..].iter().find(|(b, _, _)| b == a) {
+            diags.push(
+                loc.diag(format!("exchange `{a}` would be both the {role_a} and the {role_b} exchange"))
+                    .label("one exchange, two parts")
+                    .hint("each part needs its own exchange: a main exchange's bindings would route retries and dead letters to its other queues"),
+            );
+            return;
+        }
+    }
+}
+
 /// Two topologies in one vhost must not declare the same queue, and an exchange may be shared
-/// only as a main exchange of the same type.
-fn check_collisions(topologies: &[(Topology, usize)], origins: &[Loc<String>], diags: &mut Vec<Diagnostic>) {
-    type Owner = (usize, &'static str, Option<ExchangeType>);
+/// only as a main exchange of the same type. One diagnostic per pair of topologies.
+fn check_collisions(placed: &[Placed], diags: &mut Vec<Diagnostic>) {
     let mut queues: BTreeMap<(&str, String), usize> = BTreeMap::new();
-    let mut exchanges: BTreeMap<(&str, String), Owner> = BTreeMap::new();
-    let at = |i: usize| -> (FileId, Range<usize>) { (origins[i].file, origins[i].span.clone()) };
-    for (t, i) in topologies {
-        for q in queue_names(t) {
-            if let Some(&other) = queues.get(&(t.vhost.as_str(), q.clone())) {
-                let (file, span) = at(other);
-                diags.push(
-                    origins[*i]
-                        .diag(format!("queue `{q}` in vhost `{}` is declared by two topologies", t.vhost))
-                        .label(format!("`{}` declares it", t.name))
-                        .related(file, span, format!("`{}` declares it too", origins[other].value))
-                        .hint("set `queue` (or `dead_letter_queue`) so that each topology has its own queues"),
-                );
-            } else {
-                queues.insert((t.vhost.as_str(), q), *i);
-            }
-        }
-        let mut mine: Vec<(String, &'static str, Option<ExchangeType>)> = vec![
-            (t.exchange.clone(), "main", Some(t.exchange_type)),
-            (t.dead_letter_exchange.clone(), "dead-letter", None),
-        ];
-        if t.hops() > 0 || t.strategy == Strategy::Chain {
-            mine.push((t.retry_exchange.clone(), "retry", None));
-        }
-        for (name, role, kind) in mine {
-            let key = (t.vhost.as_str(), name.clone());
-            match exchanges.get(&key) {
+    let mut exchanges: BTreeMap<(&str, String), (usize, &'static str)> = BTreeMap::new();
+    let mut reported = std::collections::BTreeSet::new();
+    for (i, p) in placed.iter().enumerate() {
+        let t = &p.topology;
+        // Every queue this topology shares with an earlier one, reported once per pair.
+        let mut shared: BTreeMap<usize, (Vec<String>, &Loc<String>, String)> = BTreeMap::new();
+        for (q, role) in roles(t) {
+            match queues.get(&(t.vhost.as_str(), q.clone())) {
+                Some(&other) if other != i => {
+                    let here = if role == "dead-letter queue" { &p.dead_letter_queue } else { &p.queue };
+                    shared.entry(other).or_insert_with(|| (Vec::new(), here, role)).0.push(format!("`{q}`"));
+                }
+                Some(_) => {}
                 None => {
-                    exchanges.insert(key, (*i, role, kind));
-                }
-                Some(&(other, "main", other_kind)) if role == "main" && other_kind == kind => {
-                    let _ = other; // a main exchange shared by topologies of one type is fine
-                }
-                Some(&(other, other_role, other_kind)) => {
-                    let (file, span) = at(other);
-                    let why = if role == "main" && other_role == "main" {
-                        format!(
-                            "exchange `{name}` is declared as {} here and as {} by `{}`",
-                            kind.map_or("?", |k| k.as_str()),
-                            other_kind.map_or("?", |k| k.as_str()),
-                            origins[other].value
-                        )
-                    } else {
-                        format!(
-                            "exchange `{name}` is the {role} exchange here and the {other_role} exchange of `{}`",
-                            origins[other].value
-                        )
-                    };
-                    diags.push(
-                        origins[*i]
-                            .diag(why)
-                            .label(format!("`{}` uses `{name}`", t.name))
-                            .related(file, span, format!("`{}` uses it too", origins[other].value))
-                            .hint(
-                                "only main exchanges of the same type may be shared; give the others their own names",
-                            ),
-                    );
+                    queues.insert((t.vhost.as_str(), q), i);
                 }
             }
+        }
+        for (other, (names, here, role)) in shared {
+            reported.insert((other, i));
+            let o = &placed[other];
+            let what = match names.len() {
+                1 => format!("queue {} in vhost `{}` is declared by two topologies", names[0], t.vhost),
+                _ => format!("queues {} in vhost `{}` are declared by two topologies", names.join(", "), t.vhost),
+            };
+            diags.push(
+                here.diag(what)
+                    .label(format!("`{}` declares {} as its {role}", t.name, names[0]))
+                    .related(o.origin.file, o.origin.span.clone(), format!("`{}` declares it too", o.origin.value))
+                    .hint("set `queue` (or `dead_letter_queue`) so that each topology has its own queues"),
+            );
+        }
+        let mut mine = vec![(&t.exchange, "main"), (&t.dead_letter_exchange, "dead-letter")];
+        if t.hops() > 0 || t.strategy == Strategy::Chain {
+            mine.push((&t.retry_exchange, "retry"));
+        }
+        for (name, role) in mine {
+            let key = (t.vhost.as_str(), name.clone());
+            let Some(&(other, other_role)) = exchanges.get(&key) else {
+                exchanges.insert(key, (i, role));
+                continue;
+            };
+            let o = &placed[other];
+            let same_main = role == "main" && other_role == "main";
+            if (same_main && o.topology.exchange_type == t.exchange_type) || !reported.insert((other, i)) {
+                continue; // a main exchange shared by topologies of one type is fine
+            }
+            let (here, why) = if same_main {
+                (
+                    &p.exchange_type,
+                    format!(
+                        "exchange `{name}` is declared as {} here and as {} by `{}`",
+                        t.exchange_type.as_str(),
+                        o.topology.exchange_type.as_str(),
+                        o.origin.value
+                    ),
+                )
+            } else {
+                let here = match role {
+                    "main" => &p.exchange,
+                    "retry" => &p.retry_exchange,
+                    _ => &p.dead_letter_exchange,
+                };
+                (
+                    here,
+                    format!(
+                        "exchange `{name}` is the {role} exchange here and the {other_role} exchange of `{}`",
+                        o.origin.value
+                    ),
+                )
+            };
+            diags.push(
+                here.diag(why)
+                    .label(format!("`{}` uses `{name}`", t.name))
+                    .related(o.origin.file, o.origin.span.clone(), format!("`{}` uses it too", o.origin.value))
+                    .hint("only main exchanges of the same type may be shared; give the others their own names"),
+            );
         }
     }
 }

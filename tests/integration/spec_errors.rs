@@ -524,7 +524,7 @@ fn generated_name_too_long_for_a_quorum_queue() {
     let err = error("bad.toml", &text);
     assert_eq!(err.diagnostics.len(), 1, "{}", describe_all(&err));
     let d = find(&err, ".wait-5s` is 253 bytes; at most 251 fit here");
-    assert!(d.message.starts_with("the generated queue name `qqq"), "{}", d.message);
+    assert!(d.message.starts_with("the generated name `qqq"), "{}", d.message);
     assert_eq!(err.position(d).to_string(), "bad.toml:3:9");
     assert!(
         d.hint.as_deref().is_some_and(|h| h.contains("a quorum queue's internal name is `<vhost>_<name>`")),
@@ -548,10 +548,11 @@ queue = \"orders\"
 delays = [\"5s\"]
 ";
     let err = error("bad.toml", text);
-    let d = find(&err, "queue `orders` in vhost `/` is declared by two topologies");
-    // Collisions are reported at the second topology's name, the first one as related.
-    assert_eq!(err.position(d).to_string(), "bad.toml:4:11");
-    assert_eq!(d.label, "`orders2` declares it");
+    assert_eq!(err.diagnostics.len(), 1, "one diagnostic for the pair: {}", describe_all(&err));
+    let d = find(&err, "queues `orders`, `orders.wait-5s`, `orders.dlq` in vhost `/` are declared by two topologies");
+    // Reported at the `queue` line that caused it, the first topology as related.
+    assert_eq!(err.position(d).to_string(), "bad.toml:5:9");
+    assert_eq!(d.label, "`orders2` declares `orders` as its main queue");
     let (file, span, label) = d.related.clone().expect("a related label at the first topology");
     assert_eq!(line_col(&err, file, span.start), (1, 11));
     assert_eq!(&text[span], "orders");
@@ -584,7 +585,8 @@ delays = [\"5s\"]
     let err = error("bad.toml", text);
     assert_eq!(err.diagnostics.len(), 1, "{}", describe_all(&err));
     let d = find(&err, "exchange `events` is declared as direct here and as topic by `a`");
-    assert_eq!(err.position(d).to_string(), "bad.toml:6:11");
+    // At the `exchange_type` that disagrees, the first topology as related.
+    assert_eq!(err.position(d).to_string(), "bad.toml:8:17");
     let (file, span, label) = d.related.clone().expect("a related label at the first topology");
     assert_eq!(line_col(&err, file, span.start), (1, 11));
     assert_eq!(label, "`a` uses it too");
@@ -779,4 +781,137 @@ fn compile_on_a_directory_without_specs_exits_2() {
     assert!(out.stdout.is_empty(), "stdout: {}", String::from_utf8_lossy(&out.stdout));
     let expected = format!("error: {} holds no *.toml files; give a spec file or a directory of them", dir.0.display());
     assert!(stderr.contains(&expected), "{expected:?} missing from:\n{stderr}");
+}
+
+/// Found by review: each was a wrong, missing or repeated diagnostic.
+mod regressions {
+    use hopper::spec::{self, SpecError};
+
+    fn err(text: &str) -> SpecError {
+        match spec::from_str("bad.toml", text) {
+            Ok(_) => panic!("accepted:\n{text}"),
+            Err(e) => e,
+        }
+    }
+
+    fn all(e: &SpecError) -> Vec<(String, String, Option<String>)> {
+        e.diagnostics.iter().map(|d| (e.position(d).to_string(), d.message.clone(), d.hint.clone())).collect()
+    }
+
+    /// One mistake, one diagnostic: the first is the real one; anything after it is a cascade.
+    fn only_one(text: &str, message: &str) {
+        let e = err(text);
+        let got = all(&e);
+        assert!(got[0].1.contains(message), "{got:#?}");
+        assert_eq!(got.len(), 1, "cascade after {message:?}: {got:#?}");
+    }
+
+    #[test]
+    fn regression_invalid_delay_without_max_attempts_adds_missing_max_attempts() {
+        for bad in ["\"5000\"", "\"5 parsecs\"", "\"0s\"", "\"-5s\"", "\"4000d\"", "\"1us\"", "30"] {
+            only_one(&format!("[topology.orders]\ndelays = [\"5s\", {bad}]\n"), "");
+        }
+    }
+
+    #[test]
+    fn regression_invalid_delay_with_max_attempts_adds_sets_no_delays() {
+        only_one("[topology.orders]\nmax_attempts = 3\ndelays = [\"5s\", \"30\"]\n", "delay \"30\" has no unit");
+    }
+
+    #[test]
+    fn regression_delays_of_wrong_type_adds_sets_no_delays() {
+        only_one("[topology.orders]\nmax_attempts = 3\ndelays = \"5s\"\n", "`delays` must be an array of durations");
+    }
+
+    #[test]
+    fn regression_backoff_of_wrong_type_adds_sets_no_delays() {
+        only_one("[topology.orders]\nmax_attempts = 3\nbackoff = \"1s\"\n", "`backoff` must be a table");
+    }
+
+    #[test]
+    fn regression_backoff_initial_of_wrong_type_adds_has_no_initial() {
+        only_one("[topology.orders]\nmax_attempts = 3\nbackoff = { initial = 1 }\n", "`initial` must be a string");
+    }
+
+    #[test]
+    fn regression_max_attempts_beyond_i64_has_no_hint_and_adds_missing_max_attempts() {
+        let e = err("[topology.orders]\nmax_attempts = 99999999999999999999\n");
+        let got = all(&e);
+        assert_eq!(got.len(), 1, "{got:#?}");
+        assert!(got[0].2.is_some(), "no hint: {got:#?}");
+    }
+
+    #[test]
+    fn regression_routing_key_over_255_bytes_has_no_hint() {
+        let e = err(&format!("[topology.orders]\ndelays = [\"5s\"]\nrouting_keys = [\"{}\"]\n", "k".repeat(256)));
+        let got = all(&e);
+        assert_eq!(got[0].0, "bad.toml:3:17");
+        assert!(got[0].2.is_some(), "no hint: {got:#?}");
+    }
+
+    #[test]
+    fn regression_defaults_mistake_is_reported_once_per_topology() {
+        only_one(
+            "[defaults]\nmax_attempts = 0\n[topology.a]\ndelays = [\"5s\"]\n[topology.b]\ndelays = [\"5s\"]\n",
+            "`max_attempts` must be at least 1, not 0",
+        );
+    }
+
+    #[test]
+    fn regression_dead_letter_queue_equal_to_the_main_queue_is_accepted() {
+        err("[topology.orders]\ndelays = [\"5s\"]\ndead_letter_queue = \"orders\"\n");
+    }
+
+    #[test]
+    fn regression_dead_letter_queue_equal_to_a_wait_queue_is_accepted() {
+        err("[topology.orders]\ndelays = [\"5s\"]\ndead_letter_queue = \"orders.wait-5s\"\n");
+    }
+
+    #[test]
+    fn regression_label_grammar_not_a_exchange_type() {
+        let e = err("[topology.orders]\ndelays = [\"5s\"]\nexchange_type = \"fan-out\"\n");
+        assert_eq!(e.diagnostics[0].label, "not a valid exchange type");
+    }
+
+    #[test]
+    fn regression_infinite_multiplier_is_called_not_a_number_but_a_float() {
+        let e = err("[topology.orders]\nmax_attempts = 3\nbackoff = { initial = \"1s\", multiplier = inf }\n");
+        assert!(!e.diagnostics[0].message.contains("not a float"), "{}", e.diagnostics[0].message);
+    }
+
+    #[test]
+    fn regression_delays_with_max_attempts_1_are_accepted_and_never_used() {
+        err("[topology.orders]\nmax_attempts = 1\ndelays = [\"5s\", \"1m\"]\n");
+    }
+
+    #[test]
+    fn regression_one_queue_line_gives_five_diagnostics_at_the_topology_name() {
+        let text =
+            "[topology.orders]\ndelays = [\"5s\"]\n\n[topology.orders2]\nqueue = \"orders\"\ndelays = [\"5s\"]\n";
+        let e = err(text);
+        let got = all(&e);
+        assert!(got.iter().any(|g| g.0 == "bad.toml:5:9"), "nothing points at `queue = \"orders\"`: {got:#?}");
+        assert_eq!(got.len(), 1, "{got:#?}");
+    }
+
+    #[test]
+    fn regression_queue_name_over_255_also_reports_three_derived_names() {
+        only_one(
+            &format!("[topology.orders]\ndelays = [\"5s\"]\nqueue = \"{}\"\n", "q".repeat(256)),
+            "the queue name is 256 bytes",
+        );
+    }
+
+    #[test]
+    fn regression_quorum_limit_percent_encodes_vhosts_rabbitmq_uses_raw() {
+        // RabbitMQ's internal name is "<vhost>_<name>" with the vhost raw, "%2F" only for "/":
+        // "a b" + "_" = 4 bytes, so a 251-byte queue name fits; hopper counts "a%20b_" = 6.
+        let text = format!(
+            "vhost = \"a b\"\n[topology.orders]\nmax_attempts = 1\nqueue = \"{}\"\ndead_letter_queue = \"d\"\nretry_exchange = \"r\"\ndead_letter_exchange = \"x\"\n",
+            "q".repeat(251)
+        );
+        if let Err(e) = spec::from_str("ok.toml", &text) {
+            panic!("{}", e.render_plain());
+        }
+    }
 }
