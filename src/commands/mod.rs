@@ -3,6 +3,7 @@
 pub mod apply;
 pub mod compile;
 pub mod contract;
+pub mod export;
 
 use std::path::PathBuf;
 
@@ -18,6 +19,7 @@ const EXAMPLES: &str = "\
 Examples:
   hopper compile topologies/                 what the spec compiles to, offline
   hopper contract topologies/ --format json  what consumers must do on failure
+  hopper export topologies/ > defs.json      RabbitMQ definitions, for import_definitions
   hopper apply --dry-run topologies/         the plan against the live broker
   hopper apply topologies/                   converge the broker to the spec";
 
@@ -36,6 +38,7 @@ pub enum Command {
     Apply(apply::Args),
     Compile(compile::Args),
     Contract(contract::Args),
+    Export(export::Args),
 }
 
 /// Spec files or directories of `*.toml`, shared by every command.
@@ -94,5 +97,6 @@ pub fn run(cli: Cli) -> Result<Exit> {
         Command::Apply(args) => apply::run(args, cli.format),
         Command::Compile(args) => compile::run(args, cli.format),
         Command::Contract(args) => contract::run(args, cli.format),
+        Command::Export(args) => export::run(args),
     }
 }

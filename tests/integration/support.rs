@@ -184,3 +184,12 @@ pub fn deaths(properties: &BasicProperties) -> Vec<(String, String)> {
         })
         .collect()
 }
+
+/// Waits until a queue exists (asynchronous imports), for at most 30 s.
+pub async fn wait_for_exists(connection: &Connection, queue: &str) {
+    let start = Instant::now();
+    while count(connection, queue).await.is_none() {
+        assert!(start.elapsed() < Duration::from_secs(30), "{queue} never appeared");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
