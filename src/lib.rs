@@ -9,6 +9,7 @@ pub mod diagnostic;
 pub mod model;
 pub mod output;
 pub mod plan;
+pub mod policy;
 pub mod spec;
 
 use std::process::ExitCode;

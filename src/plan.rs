@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::compile::CompiledTopology;
 use crate::model::{ArgValue, Arguments, Binding, Exchange, Object, Queue, Role};
+use crate::policy::{self, AppliedPolicy, Source};
 
 /// What the broker holds in one vhost, as far as it could be read.
 #[derive(Debug, Clone, Default)]
@@ -23,17 +24,36 @@ pub struct Live {
 pub struct LiveExchange {
     pub kind: String,
     pub durable: bool,
+    pub auto_delete: bool,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct LiveQueue {
     pub durable: bool,
+    pub auto_delete: bool,
     /// `None` when they could not be read.
     pub arguments: Option<Arguments>,
     /// Set when the broker itself refused the spec's declaration (AMQP only: a 406).
     pub refused: Option<Difference>,
     pub messages: Option<u64>,
     pub consumers: Option<u64>,
+    /// The policy and operator policy that apply to it, when they could be read.
+    pub policy: Option<AppliedPolicy>,
+    pub operator_policy: Option<AppliedPolicy>,
+}
+
+/// A policy or operator policy that makes a queue behave otherwise than its spec says; `apply`
+/// cannot fix it, since arguments do not outrank policies for these keys.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Override {
+    pub queue: String,
+    /// The policy key, such as `message-ttl`; the argument is `x-` followed by it.
+    pub key: String,
+    /// The spec's value, `None` when the spec does not set it.
+    pub spec: Option<String>,
+    pub effective: String,
+    pub source: Source,
+    pub policy: String,
 }
 
 /// One argument (or property) that differs between the broker and the spec.
@@ -96,6 +116,7 @@ impl Step {
 pub struct Plan {
     pub vhost: String,
     pub steps: Vec<Step>,
+    pub overrides: Vec<Override>,
 }
 
 impl Plan {
@@ -181,7 +202,36 @@ pub fn plan(vhost: &str, topologies: &[&CompiledTopology], live: &Live, prune: b
             });
         }
     }
-    Plan { vhost: vhost.to_string(), steps }
+    let overrides = objects
+        .iter()
+        .filter_map(|o| if let Object::Queue(q) = o { Some(q) } else { None })
+        .filter_map(|q| live.queues.get(&q.name).map(|l| (q, l)))
+        .flat_map(|(q, l)| overrides(q, l))
+        .collect();
+    Plan { vhost: vhost.to_string(), steps, overrides }
+}
+
+fn overrides(q: &Queue, live: &LiveQueue) -> Vec<Override> {
+    if live.policy.is_none() && live.operator_policy.is_none() {
+        return Vec::new();
+    }
+    let arguments = live.arguments.as_ref().unwrap_or(&q.arguments);
+    let quorum = arguments.get("x-queue-type") == Some(&ArgValue::Str("quorum".into()));
+    policy::effective(quorum, arguments, live.policy.as_ref(), live.operator_policy.as_ref())
+        .into_iter()
+        .filter(|(_, e)| e.source != Source::Argument)
+        .filter_map(|(key, e)| {
+            let spec = q.arguments.get(&format!("x-{key}"));
+            (spec != Some(&e.value)).then(|| Override {
+                queue: q.name.clone(),
+                key: key.to_string(),
+                spec: spec.map(ToString::to_string),
+                effective: e.value.to_string(),
+                source: e.source,
+                policy: e.policy.unwrap_or_default(),
+            })
+        })
+        .collect()
 }
 
 fn is_generated(t: &crate::spec::Topology, queue: &str) -> bool {
@@ -208,7 +258,7 @@ fn step(object: &Object, live: &Live) -> Step {
             Some(l) => {
                 let differences = match (&l.refused, &l.arguments) {
                     (Some(d), _) => vec![d.clone()],
-                    (None, Some(args)) => queue_differences(q, l.durable, args),
+                    (None, Some(args)) => queue_differences(q, l, args),
                     (None, None) => return Step::Ensure { object },
                 };
                 if differences.is_empty() {
@@ -232,29 +282,25 @@ fn exchange_differences(e: &Exchange, l: &LiveExchange) -> Vec<Difference> {
     if e.kind != l.kind {
         d.push(Difference { argument: "type".into(), live: Some(l.kind.clone()), spec: Some(e.kind.clone()) });
     }
-    if e.durable != l.durable {
-        d.push(Difference {
-            argument: "durable".into(),
-            live: Some(l.durable.to_string()),
-            spec: Some(e.durable.to_string()),
-        });
-    }
+    flag(&mut d, "durable", l.durable, e.durable);
+    flag(&mut d, "auto_delete", l.auto_delete, false);
     d
 }
 
+fn flag(d: &mut Vec<Difference>, name: &str, live: bool, spec: bool) {
+    if live != spec {
+        d.push(Difference { argument: name.into(), live: Some(live.to_string()), spec: Some(spec.to_string()) });
+    }
+}
+
 /// Compares as RabbitMQ does: every integer width is equal, and a queue without `x-queue-type`
-/// is a classic queue.
-pub fn queue_differences(q: &Queue, live_durable: bool, live: &Arguments) -> Vec<Difference> {
+/// is a classic queue. hopper declares nothing auto-delete.
+pub fn queue_differences(q: &Queue, l: &LiveQueue, live: &Arguments) -> Vec<Difference> {
     let mut live = live.clone();
     live.entry("x-queue-type".into()).or_insert_with(|| ArgValue::Str("classic".into()));
     let mut d = Vec::new();
-    if q.durable != live_durable {
-        d.push(Difference {
-            argument: "durable".into(),
-            live: Some(live_durable.to_string()),
-            spec: Some(q.durable.to_string()),
-        });
-    }
+    flag(&mut d, "durable", l.durable, q.durable);
+    flag(&mut d, "auto_delete", l.auto_delete, false);
     let keys: BTreeSet<&String> = q.arguments.keys().chain(live.keys()).collect();
     for key in keys {
         let (spec, live) = (q.arguments.get(key), live.get(key));
@@ -324,7 +370,10 @@ mod tests {
         for o in objects {
             match o {
                 Object::Exchange(e) => {
-                    live.exchanges.insert(e.name.clone(), LiveExchange { kind: e.kind.clone(), durable: e.durable });
+                    live.exchanges.insert(
+                        e.name.clone(),
+                        LiveExchange { kind: e.kind.clone(), durable: e.durable, auto_delete: false },
+                    );
                 }
                 Object::Queue(q) => {
                     live.queues.insert(
@@ -332,9 +381,9 @@ mod tests {
                         LiveQueue {
                             durable: true,
                             arguments: Some(q.arguments.clone()),
-                            refused: None,
                             messages: Some(0),
                             consumers: Some(0),
+                            ..LiveQueue::default()
                         },
                     );
                 }
@@ -431,7 +480,49 @@ mod tests {
         let Object::Queue(q) = c[0].objects.iter().find(|o| o.name() == "orders").unwrap() else { unreachable!() };
         let mut live = q.arguments.clone();
         live.remove("x-queue-type");
-        assert!(queue_differences(q, true, &live).is_empty());
+        assert!(queue_differences(q, &LiveQueue { durable: true, ..LiveQueue::default() }, &live).is_empty());
+    }
+
+    #[test]
+    fn a_policy_that_changes_what_the_spec_set_is_an_override() {
+        let c = compiled(ORDERS);
+        let mut live = live_from(&c[0].objects);
+        let cap =
+            AppliedPolicy { name: "cap".into(), definition: [("message-ttl".to_string(), ArgValue::Int(1000))].into() };
+        live.queues.get_mut("orders.wait-5s").unwrap().operator_policy = Some(cap.clone());
+        let dlx = AppliedPolicy {
+            name: "dlx".into(),
+            definition: [("dead-letter-exchange".to_string(), ArgValue::Str("x".into()))].into(),
+        };
+        live.queues.get_mut("orders.dlq").unwrap().policy = Some(dlx.clone());
+        // The argument wins for the dead-letter exchange: a policy on the main queue changes nothing.
+        live.queues.get_mut("orders").unwrap().policy = Some(dlx);
+        let p = plan("/", &[&c[0]], &live, false);
+        assert_eq!(
+            p.overrides,
+            vec![
+                Override {
+                    queue: "orders.dlq".into(),
+                    key: "dead-letter-exchange".into(),
+                    spec: None,
+                    effective: "\"x\"".into(),
+                    source: Source::Policy,
+                    policy: "dlx".into(),
+                },
+                Override {
+                    queue: "orders.wait-5s".into(),
+                    key: "message-ttl".into(),
+                    spec: Some("5000".into()),
+                    effective: "1000".into(),
+                    source: Source::OperatorPolicy,
+                    policy: "cap".into(),
+                },
+            ]
+        );
+        // A longer TTL than the spec's changes nothing: the smallest wins.
+        live.queues.get_mut("orders.wait-5s").unwrap().operator_policy =
+            Some(AppliedPolicy { definition: [("message-ttl".to_string(), ArgValue::Int(60000))].into(), ..cap });
+        assert_eq!(plan("/", &[&c[0]], &live, false).overrides.len(), 1);
     }
 
     #[test]

@@ -76,14 +76,19 @@ impl Session {
             match object {
                 Object::Exchange(e) => {
                     if self.exchange_exists(&e.name).await? {
-                        let kind = match self.declare_exchange(e).await? {
-                            Outcome::Done => e.kind.clone(),
-                            Outcome::Refused(text) => parse_inequivalent(&text)
-                                .filter(|d| d.argument == "type")
-                                .and_then(|d| d.live)
-                                .unwrap_or_else(|| format!("refused: {text}")),
-                        };
-                        live.exchanges.insert(e.name.clone(), LiveExchange { kind, durable: e.durable });
+                        // Equivalent unless refused; a refusal names the first property that differs.
+                        let mut found = LiveExchange { kind: e.kind.clone(), durable: e.durable, auto_delete: false };
+                        if let Outcome::Refused(text) = self.declare_exchange(e).await? {
+                            match parse_inequivalent(&text) {
+                                Some(Difference { argument, live: Some(value), .. }) => match argument.as_str() {
+                                    "durable" => found.durable = value == "true",
+                                    "auto_delete" => found.auto_delete = value == "true",
+                                    _ => found.kind = value,
+                                },
+                                _ => found.kind = format!("refused: {text}"),
+                            }
+                        }
+                        live.exchanges.insert(e.name.clone(), found);
                     }
                 }
                 Object::Queue(q) => {
@@ -107,6 +112,7 @@ impl Session {
                                 refused,
                                 messages: Some(messages),
                                 consumers: Some(consumers),
+                                ..LiveQueue::default()
                             },
                         );
                     }

@@ -1,15 +1,18 @@
-//! Live state over the management HTTP API: three bulk listings per vhost.
+//! Live state over the management HTTP API: five bulk listings per vhost (exchanges, queues,
+//! bindings, policies, operator policies).
 
 use std::collections::BTreeSet;
 
 use anyhow::{Result, anyhow};
 use rabbitmq_http_client::api::{Client, HttpClientError};
-use rabbitmq_http_client::commons::{BindingDestinationType, QueueType};
+use rabbitmq_http_client::commons::{BindingDestinationType, PolicyTarget, QueueType};
 use rabbitmq_http_client::requests::VirtualHostParams;
+use rabbitmq_http_client::responses::Policy;
 
 use super::Endpoint;
 use crate::model::{ArgValue, Arguments, Binding};
 use crate::plan::{Live, LiveExchange, LiveQueue};
+use crate::policy::AppliedPolicy;
 
 pub type Api = Client<String, String, String>;
 
@@ -42,19 +45,25 @@ pub async fn read(endpoint: &Endpoint, vhost: &str) -> Result<Live> {
     let exchanges = api.list_exchanges_in(vhost).await.map_err(err)?;
     let queues = api.list_queues_in(vhost).await.map_err(err)?;
     let bindings = api.list_bindings_in(vhost).await.map_err(err)?;
+    let policies = api.list_policies_in(vhost).await.map_err(err)?;
+    let operator_policies = api.list_operator_policies_in(vhost).await.map_err(err)?;
 
     let mut live = Live { bindings: Some(BTreeSet::new()), ..Live::default() };
     for e in exchanges {
-        live.exchanges.insert(e.name, LiveExchange { kind: e.exchange_type, durable: e.durable });
+        live.exchanges
+            .insert(e.name, LiveExchange { kind: e.exchange_type, durable: e.durable, auto_delete: e.auto_delete });
     }
     for q in queues {
         let mut arguments: Arguments = q.arguments.0.iter().filter_map(|(k, v)| Some((k.clone(), arg(v)?))).collect();
         // Older brokers leave out `x-queue-type` for queues declared without it.
         arguments.entry("x-queue-type".into()).or_insert_with(|| ArgValue::Str(q.queue_type.clone()));
         live.queues.insert(
-            q.name,
+            q.name.clone(),
             LiveQueue {
                 durable: q.durable,
+                auto_delete: q.auto_delete,
+                policy: matching(&policies, vhost, &q.name, &q.queue_type),
+                operator_policy: matching(&operator_policies, vhost, &q.name, &q.queue_type),
                 arguments: Some(arguments),
                 refused: None,
                 messages: Some(q.message_count),
@@ -84,6 +93,23 @@ fn same_broker(endpoint: &Endpoint, overview: &rabbitmq_http_client::responses::
         endpoint.management_url,
         endpoint.describe()
     ))
+}
+
+/// The policy that applies to a queue: the matching one of highest priority (RabbitMQ does not
+/// merge policies), ties broken by name. Resolved here from the policy listing rather than read
+/// from the queue's `policy` field, which the management API refreshes only every few seconds.
+fn matching(policies: &[Policy], vhost: &str, queue: &str, queue_type: &str) -> Option<AppliedPolicy> {
+    let target = match queue_type {
+        "quorum" => PolicyTarget::QuorumQueues,
+        "stream" => PolicyTarget::Streams,
+        _ => PolicyTarget::ClassicQueues,
+    };
+    let p = policies
+        .iter()
+        .filter(|p| p.does_match_name(vhost, queue, target))
+        .max_by(|a, b| a.priority.cmp(&b.priority).then_with(|| b.name.cmp(&a.name)))?;
+    let definition = p.definition.0.iter().flatten().filter_map(|(k, v)| Some((k.clone(), arg(v)?))).collect();
+    Some(AppliedPolicy { name: p.name.clone(), definition })
 }
 
 fn arg(v: &serde_json::Value) -> Option<ArgValue> {

@@ -8,7 +8,7 @@ use serde::Serialize;
 use super::{BrokerArgs, SpecArgs};
 use crate::Exit;
 use crate::broker::{amqp, http};
-use crate::compile::{CompiledTopology, compile};
+use crate::compile::compile;
 use crate::model::Object;
 use crate::output::{self, Format};
 use crate::plan::{self, Step};
@@ -53,6 +53,8 @@ struct VhostReport<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     note: Option<String>,
     steps: &'a [Step],
+    /// Policies that make a queue behave otherwise than the spec says; apply cannot change them.
+    overrides: &'a [plan::Override],
     /// Steps the broker refused while applying, with its reason.
     refused: Vec<(usize, String)>,
 }
@@ -64,10 +66,7 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
     };
     let endpoint = args.broker.endpoint()?;
     let compiled = compile(&spec);
-    let mut by_vhost: BTreeMap<&str, Vec<&CompiledTopology>> = BTreeMap::new();
-    for c in &compiled {
-        by_vhost.entry(c.topology.vhost.as_str()).or_default().push(c);
-    }
+    let by_vhost = super::by_vhost(&compiled);
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     runtime.block_on(async {
         // Plan every vhost before changing any: a conflict anywhere stops the whole run.
@@ -76,7 +75,7 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
             let mut session = amqp::Session::connect(&endpoint, vhost).await?;
             let (live, read_from, note) = match http::read(&endpoint, vhost).await {
                 Ok(mut live) => {
-                    exact_counts(&mut session, &mut live, topologies).await?;
+                    super::exact_counts(&mut session, &mut live, topologies).await?;
                     (live, "management_api", None)
                 }
                 Err(e) => {
@@ -119,6 +118,7 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
                     read_from,
                     note: note.clone(),
                     steps: &plan.steps,
+                    overrides: &plan.overrides,
                     refused,
                 })
                 .collect(),
@@ -132,24 +132,6 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
         }
         Ok(if conflicts > 0 || refused_total > 0 { Exit::Conflict } else { Exit::Ok })
     })
-}
-
-/// The management API's message counts lag by seconds; a queue left over by an earlier spec is
-/// judged by its exact counts, read over AMQP.
-async fn exact_counts(
-    session: &mut amqp::Session,
-    live: &mut plan::Live,
-    topologies: &[&CompiledTopology],
-) -> Result<()> {
-    for (name, queue) in live.queues.iter_mut() {
-        if topologies.iter().any(|t| t.topology.generated_prefixes().iter().any(|p| name.starts_with(p.as_str())))
-            && let Some((messages, consumers)) = session.queue_counts(name).await?
-        {
-            queue.messages = Some(messages);
-            queue.consumers = Some(consumers);
-        }
-    }
-    Ok(())
 }
 
 fn print_report(report: &Report, show_unchanged: bool) -> Result<()> {
@@ -168,6 +150,18 @@ fn print_report(report: &Report, show_unchanged: bool) -> Result<()> {
             if let Some((_, reason)) = v.refused.iter().find(|(j, _)| *j == i) {
                 lines.push(format!("      refused by the broker: {reason}"));
             }
+        }
+        for o in v.overrides {
+            let who = if o.source == crate::policy::Source::OperatorPolicy { "operator policy" } else { "policy" };
+            lines.push(format!(
+                "  {} warning   queue    {}: {} is {} here but {who} `{}` makes it {}; apply cannot change a policy",
+                output::paint("~", "35"),
+                o.queue,
+                o.key,
+                o.spec.as_deref().unwrap_or("(not set)"),
+                o.policy,
+                o.effective
+            ));
         }
         output::print(&lines.join("\n"))?;
     }

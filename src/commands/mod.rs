@@ -3,6 +3,7 @@
 pub mod apply;
 pub mod compile;
 pub mod contract;
+pub mod diff;
 pub mod export;
 
 use std::path::PathBuf;
@@ -20,6 +21,7 @@ Examples:
   hopper compile topologies/                 what the spec compiles to, offline
   hopper contract topologies/ --format json  what consumers must do on failure
   hopper export topologies/ > defs.json      RabbitMQ definitions, for import_definitions
+  hopper diff topologies/                    the spec against the live broker (exit 1 on drift)
   hopper apply --dry-run topologies/         the plan against the live broker
   hopper apply topologies/                   converge the broker to the spec";
 
@@ -38,6 +40,7 @@ pub enum Command {
     Apply(apply::Args),
     Compile(compile::Args),
     Contract(contract::Args),
+    Diff(diff::Args),
     Export(export::Args),
 }
 
@@ -97,6 +100,36 @@ pub fn run(cli: Cli) -> Result<Exit> {
         Command::Apply(args) => apply::run(args, cli.format),
         Command::Compile(args) => compile::run(args, cli.format),
         Command::Contract(args) => contract::run(args, cli.format),
+        Command::Diff(args) => diff::run(args, cli.format),
         Command::Export(args) => export::run(args),
     }
+}
+
+/// The management API's message counts lag by seconds; a queue left over by an earlier spec is
+/// judged by its exact counts, read over AMQP.
+pub(crate) async fn exact_counts(
+    session: &mut crate::broker::amqp::Session,
+    live: &mut crate::plan::Live,
+    topologies: &[&crate::compile::CompiledTopology],
+) -> Result<()> {
+    for (name, queue) in live.queues.iter_mut() {
+        if topologies.iter().any(|t| t.topology.generated_prefixes().iter().any(|p| name.starts_with(p.as_str())))
+            && let Some((messages, consumers)) = session.queue_counts(name).await?
+        {
+            queue.messages = Some(messages);
+            queue.consumers = Some(consumers);
+        }
+    }
+    Ok(())
+}
+
+/// The compiled topologies grouped by vhost, in vhost order.
+pub(crate) fn by_vhost(
+    compiled: &[crate::compile::CompiledTopology],
+) -> std::collections::BTreeMap<&str, Vec<&crate::compile::CompiledTopology>> {
+    let mut groups: std::collections::BTreeMap<&str, Vec<_>> = std::collections::BTreeMap::new();
+    for c in compiled {
+        groups.entry(c.topology.vhost.as_str()).or_default().push(c);
+    }
+    groups
 }

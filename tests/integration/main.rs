@@ -2,6 +2,7 @@
 //! 4.0 (see support.rs), each in a vhost of its own that is removed afterwards.
 
 mod apply;
+mod diff;
 mod export;
 mod flow;
 mod readme;
