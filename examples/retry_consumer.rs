@@ -84,11 +84,19 @@ pub async fn consume(connection: &Connection, contract: &Contract, handler: Hand
         let (contract, handler, publisher, queue) = (contract.clone(), handler.clone(), publisher.clone(), q.clone());
         tasks.push(tokio::spawn(async move {
             while let Some(Ok(delivery)) = deliveries.next().await {
-                // A copy published before max_attempts was lowered counts as the last attempt.
-                let attempt = attempt_of(&contract, &queue, &delivery).min(contract.max_attempts);
+                // Out of range (a producer counting from 0, a copy made before max_attempts was
+                // lowered) counts as the nearest attempt that exists.
+                let attempt = attempt_of(&contract, &queue, &delivery).clamp(1, contract.max_attempts);
                 let action = match handler(&delivery, attempt) {
                     Outcome::Done => None,
-                    Outcome::Failed => contract.attempts.iter().find(|r| r.attempt == attempt).map(|r| &r.on_failure),
+                    // A failure is never acked: without a rule it is rejected to the dead-letter queue.
+                    Outcome::Failed => Some(
+                        contract
+                            .attempts
+                            .iter()
+                            .find(|r| r.attempt == attempt)
+                            .map_or(&Action::Reject, |r| &r.on_failure),
+                    ),
                     Outcome::Poison => Some(&contract.poison),
                 };
                 let settled = match action {
@@ -120,16 +128,21 @@ fn attempt_of(contract: &Contract, queue: &ConsumeQueue, delivery: &Delivery) ->
             .as_ref()
             .and_then(|h| h.inner().get(header.as_str()).cloned())
             .and_then(|v| match v {
-                AMQPValue::LongLongInt(n) => Some(n as u32),
-                AMQPValue::LongInt(n) => Some(n as u32),
-                AMQPValue::ShortInt(n) => Some(n as u32),
+                AMQPValue::ShortShortInt(n) => Some(i64::from(n)),
+                AMQPValue::ShortShortUInt(n) => Some(i64::from(n)),
+                AMQPValue::ShortInt(n) => Some(i64::from(n)),
+                AMQPValue::ShortUInt(n) => Some(i64::from(n)),
+                AMQPValue::LongInt(n) => Some(i64::from(n)),
+                AMQPValue::LongUInt(n) => Some(i64::from(n)),
+                AMQPValue::LongLongInt(n) => Some(n),
                 _ => None,
             })
-            .unwrap_or(1),
+            .map_or(1, |n| n.clamp(0, i64::from(u32::MAX)) as u32),
     }
 }
 
-/// Publishes a copy (same body and properties, no `expiration`, the contract's headers set),
+/// Publishes a copy (same body and properties but `expiration` and `user_id`, the contract's
+/// headers set),
 /// mandatory and confirmed; acks the original only once the copy is safely routed. Otherwise the
 /// original goes back to its queue, so nothing is lost (at worst a duplicate).
 async fn republish(
@@ -143,13 +156,7 @@ async fn republish(
     for (k, v) in headers {
         table.insert(ShortString::from(k.as_str()), AMQPValue::LongLongInt(*v));
     }
-    let mut properties = BasicProperties::default().with_headers(table).with_delivery_mode(2);
-    if let Some(id) = delivery.properties.message_id() {
-        properties = properties.with_message_id(id.clone());
-    }
-    if let Some(content_type) = delivery.properties.content_type() {
-        properties = properties.with_content_type(content_type.clone());
-    }
+    let properties = copy_properties(&delivery.properties).with_headers(table);
     let options = BasicPublishOptions { mandatory: true, ..Default::default() };
     let confirm = publisher
         .basic_publish(exchange.into(), routing_key.into(), options, &delivery.data, properties)
@@ -159,6 +166,33 @@ async fn republish(
         Confirmation::Ack(None) => delivery.ack(BasicAckOptions::default()).await,
         _ => delivery.nack(BasicNackOptions { requeue: true, ..Default::default() }).await,
     }
+}
+
+/// Every property of the original except `expiration` (a copy must wait only in its wait queue)
+/// and `user_id` (RabbitMQ refuses a publish whose user_id is not the connection's user).
+/// Persistent whatever the original said: a retry must survive a broker restart.
+fn copy_properties(p: &BasicProperties) -> BasicProperties {
+    let mut copy = BasicProperties::default().with_delivery_mode(2);
+    macro_rules! keep {
+        ($($get:ident => $set:ident),* $(,)?) => {$(
+            if let Some(v) = p.$get() {
+                copy = copy.$set(v.clone());
+            }
+        )*};
+    }
+    keep!(
+        content_type => with_content_type,
+        content_encoding => with_content_encoding,
+        priority => with_priority,
+        correlation_id => with_correlation_id,
+        reply_to => with_reply_to,
+        message_id => with_message_id,
+        timestamp => with_timestamp,
+        kind => with_type,
+        app_id => with_app_id,
+        cluster_id => with_cluster_id,
+    );
+    copy
 }
 
 #[tokio::main]

@@ -9,6 +9,7 @@ use serde::Serialize;
 use crate::compile::CompiledTopology;
 use crate::model::{ArgValue, Arguments, Binding, Exchange, Object, Queue, Role};
 use crate::policy::{self, AppliedPolicy, Source};
+use crate::spec::GeneratedName;
 
 /// What the broker holds in one vhost, as far as it could be read.
 #[derive(Debug, Clone, Default)]
@@ -146,61 +147,78 @@ pub fn desired(topologies: &[&CompiledTopology]) -> Vec<Object> {
 
 pub fn plan(vhost: &str, topologies: &[&CompiledTopology], live: &Live, prune: bool) -> Plan {
     let objects = desired(topologies);
-    let mut steps: Vec<Step> = objects.iter().map(|o| step(o, live)).collect();
+    let ctx = Context { vhost, topologies };
+    let mut steps: Vec<Step> = objects.iter().map(|o| step(o, live, &ctx)).collect();
+    if live.bindings.is_none() {
+        refuse_blind_moves(topologies, live, &mut steps);
+    }
 
     let wanted: BTreeSet<&Binding> =
         objects.iter().filter_map(|o| if let Object::Binding(b) = o { Some(b) } else { None }).collect();
     let queues: BTreeSet<String> =
         objects.iter().filter_map(|o| if let Object::Queue(q) = o { Some(q.name.clone()) } else { None }).collect();
 
-    // Bindings from a topology's own exchanges to its own queues are hopper's to move; anything
-    // else bound there (an audit queue on the main exchange) belongs to someone else.
+    // Queues hopper made for these topologies under an earlier spec.
+    let left_overs: BTreeMap<&String, (&crate::spec::Topology, GeneratedName, &LiveQueue)> = live
+        .queues
+        .iter()
+        .filter(|(name, _)| !queues.contains(*name))
+        .filter_map(|(name, q)| {
+            topologies.iter().find_map(|t| left_over(&t.topology, name, q).map(|g| (name, (&t.topology, g, q))))
+        })
+        .collect();
+
+    // Bindings hopper moves: from a topology's retry and dead-letter exchanges to its own queues,
+    // and from its main exchange to its main queue. Anything else bound there (an audit queue on
+    // the main exchange) belongs to someone else.
+    let mut unbound = BTreeSet::new();
     if let Some(bindings) = &live.bindings {
-        let mut owned_queues = queues.clone();
-        let mut exchanges = BTreeSet::new();
-        for t in topologies {
-            let t = &t.topology;
-            exchanges.extend([t.exchange.clone(), t.retry_exchange.clone(), t.dead_letter_exchange.clone()]);
-            owned_queues.extend(live.queues.keys().filter(|q| is_generated(t, q)).cloned());
-        }
-        for b in bindings {
-            if exchanges.contains(&b.source) && owned_queues.contains(&b.destination) && !wanted.contains(b) {
+        for b in bindings.iter().filter(|b| !wanted.contains(b)) {
+            let ours = topologies.iter().any(|t| {
+                let t = &t.topology;
+                let own_queue = queues.contains(&b.destination) || left_overs.contains_key(&b.destination);
+                (b.source == t.exchange && b.destination == t.queue)
+                    || ((b.source == t.retry_exchange || b.source == t.dead_letter_exchange) && own_queue)
+            });
+            if ours {
+                unbound.insert(b.clone());
                 steps.push(Step::Unbind { binding: b.clone() });
             }
         }
     }
 
-    for t in topologies {
-        let t = &t.topology;
-        for (name, q) in live.queues.iter().filter(|(name, _)| is_generated(t, name) && !queues.contains(*name)) {
-            let drains_into = q.arguments.as_ref().and_then(|a| a.get("x-dead-letter-routing-key")).map(|v| match v {
-                ArgValue::Str(s) => s.clone(),
-                ArgValue::Int(n) => n.to_string(),
-            });
-            let empty = q.messages == Some(0) && q.consumers == Some(0);
-            let kept_because = match (prune, empty) {
-                (true, true) => {
-                    let quorum = q.arguments.as_ref().and_then(|a| a.get("x-queue-type"))
-                        == Some(&ArgValue::Str("quorum".into()));
-                    steps.push(Step::Delete { queue: name.clone(), broker_checks: !quorum });
-                    continue;
-                }
-                (false, _) => "pass --prune to remove it once it is empty".to_string(),
-                (true, false) => match (q.messages, q.consumers) {
-                    (Some(m), Some(c)) if m > 0 && c > 0 => format!("it holds {m} message(s) and has {c} consumer(s)"),
-                    (Some(m), _) if m > 0 => format!("it holds {m} message(s); it drains by itself, prune again later"),
-                    (_, Some(c)) if c > 0 => format!("it has {c} consumer(s)"),
-                    _ => "its message and consumer counts could not be read".to_string(),
-                },
-            };
-            steps.push(Step::Extra {
-                queue: name.clone(),
-                messages: q.messages,
-                consumers: q.consumers,
-                drains_into,
-                kept_because: Some(kept_because),
-            });
-        }
+    // Where each live queue dead-letters once this plan is applied: a left-over queue something
+    // still dead-letters into is never deleted, or its next messages would be dropped.
+    let feeds = dead_letter_targets(live, &unbound);
+    for (name, (_, generated, q)) in &left_overs {
+        let drains_into = drains_into(q);
+        let fed_by = feeds.iter().find(|(from, to)| to == *name && from != *name).map(|(from, _)| from.clone());
+        let (messages, consumers) = (q.messages.unwrap_or(1), q.consumers.unwrap_or(1));
+        let kept_because = if messages > 0 && matches!(generated, GeneratedName::Work { .. }) {
+            format!(
+                "it holds {messages} message(s) that the new contract no longer consumes: consume them or move them to the dead-letter queue"
+            )
+        } else if let Some(from) = fed_by {
+            format!("`{from}` still dead-letters into it; it goes once that queue has gone")
+        } else if messages > 0 {
+            format!("it holds {messages} message(s); its TTL moves them on by itself, prune again later")
+        } else if consumers > 0 {
+            format!("it has {consumers} consumer(s)")
+        } else if !prune {
+            "pass --prune to remove it, empty and unused as it is".to_string()
+        } else {
+            let quorum =
+                q.arguments.as_ref().and_then(|a| a.get("x-queue-type")) == Some(&ArgValue::Str("quorum".into()));
+            steps.push(Step::Delete { queue: (*name).clone(), broker_checks: !quorum });
+            continue;
+        };
+        steps.push(Step::Extra {
+            queue: (*name).clone(),
+            messages: q.messages,
+            consumers: q.consumers,
+            drains_into,
+            kept_because: Some(kept_because),
+        });
     }
     let overrides = objects
         .iter()
@@ -234,11 +252,104 @@ fn overrides(q: &Queue, live: &LiveQueue) -> Vec<Override> {
         .collect()
 }
 
-fn is_generated(t: &crate::spec::Topology, queue: &str) -> bool {
-    t.generated_prefixes().iter().any(|p| queue.starts_with(p.as_str()))
+/// Without a list of bindings (no management API), a new wait queue next to an existing retry
+/// exchange means a delay changed: the old wait queue's binding cannot be seen, so it would stay,
+/// and every retry would be delivered twice. Refused instead.
+fn refuse_blind_moves(topologies: &[&CompiledTopology], live: &Live, steps: &mut [Step]) {
+    for step in steps.iter_mut() {
+        let Step::Create { object: Object::Queue(q) } = step else { continue };
+        let Role::Wait { hops, .. } = &q.role else { continue };
+        let Some(t) = topologies.iter().map(|t| &t.topology).find(|t| q.name.starts_with(t.queue.as_str())) else {
+            continue;
+        };
+        if !live.exchanges.contains_key(&t.retry_exchange) {
+            continue; // a first apply: nothing to move
+        }
+        let hops: Vec<String> = hops.iter().map(ToString::to_string).collect();
+        *step = Step::Conflict {
+            object: Object::Queue(q.clone()),
+            differences: vec![Difference {
+                argument: format!("binding of {} with routing key {}", t.retry_exchange, hops.join(", ")),
+                live: Some("unknown: bindings cannot be listed without the management API".into()),
+                spec: Some(format!("moved to {}", q.name)),
+            }],
+            ways_out: vec![
+                "run apply where the management API is reachable (--management-url), so that the old wait queue's binding is removed once the new one exists".into(),
+                format!(
+                    "or unbind the old wait queue from `{}` yourself (routing key {}) before applying: otherwise every retry would be delivered twice",
+                    t.retry_exchange,
+                    hops.join(", ")
+                ),
+            ],
+        };
+    }
 }
 
-fn step(object: &Object, live: &Live) -> Step {
+/// A live queue hopper made for `t` under an earlier spec: its name follows the strategy's
+/// grammar and its arguments have the shape hopper gives such a queue. A queue someone else
+/// named `orders.attempt-log` is neither.
+pub fn left_over(t: &crate::spec::Topology, name: &str, q: &LiveQueue) -> Option<GeneratedName> {
+    let generated = t.generated_name(name)?;
+    let args = q.arguments.as_ref()?;
+    let is = |key: &str, value: &str| args.get(key) == Some(&ArgValue::Str(value.to_string()));
+    let shaped = match generated {
+        GeneratedName::Wait { hop } => {
+            let target = hop.map_or(t.queue.clone(), |h| t.work_queue(h + 1));
+            matches!(args.get("x-message-ttl"), Some(ArgValue::Int(_)))
+                && is("x-dead-letter-exchange", "")
+                && is("x-dead-letter-routing-key", &target)
+        }
+        GeneratedName::Work { attempt } => {
+            is("x-dead-letter-exchange", &t.retry_exchange) && is("x-dead-letter-routing-key", &attempt.to_string())
+        }
+    };
+    shaped.then_some(generated)
+}
+
+/// Where a queue's dead letters go, for people: a queue name, or an exchange and routing key.
+fn drains_into(q: &LiveQueue) -> Option<String> {
+    let args = q.arguments.as_ref()?;
+    let text = |key: &str| {
+        args.get(key).map(|v| match v {
+            ArgValue::Str(s) => s.clone(),
+            ArgValue::Int(n) => n.to_string(),
+        })
+    };
+    match (text("x-dead-letter-exchange")?, text("x-dead-letter-routing-key")) {
+        (e, Some(k)) if e.is_empty() => Some(k),
+        (e, Some(k)) => Some(format!("exchange {e} with routing key {k}")),
+        (e, None) => Some(format!("exchange {e}")),
+    }
+}
+
+/// (from, to) for every live queue whose dead letters reach a queue, through the default exchange
+/// or through a dead-letter exchange's bindings, leaving out the bindings about to be removed.
+fn dead_letter_targets(live: &Live, unbound: &BTreeSet<Binding>) -> Vec<(String, String)> {
+    let mut edges = Vec::new();
+    for (from, q) in &live.queues {
+        let Some(args) = &q.arguments else { continue };
+        let text = |key: &str| match args.get(key) {
+            Some(ArgValue::Str(s)) => Some(s.clone()),
+            Some(ArgValue::Int(n)) => Some(n.to_string()),
+            None => None,
+        };
+        let Some(exchange) = text("x-dead-letter-exchange") else { continue };
+        let key = text("x-dead-letter-routing-key");
+        if exchange.is_empty() {
+            edges.extend(key.map(|k| (from.clone(), k)));
+        } else if let Some(bindings) = &live.bindings {
+            // Without a routing key any binding may match: count them all, to be safe.
+            for b in bindings.iter().filter(|b| b.source == exchange && !unbound.contains(*b)) {
+                if key.as_ref().is_none_or(|k| *k == b.routing_key) {
+                    edges.push((from.clone(), b.destination.clone()));
+                }
+            }
+        }
+    }
+    edges
+}
+
+fn step(object: &Object, live: &Live, ctx: &Context) -> Step {
     let object = object.clone();
     match &object {
         Object::Exchange(e) => match live.exchanges.get(&e.name) {
@@ -248,7 +359,7 @@ fn step(object: &Object, live: &Live) -> Step {
                 if differences.is_empty() {
                     Step::InSync { object }
                 } else {
-                    let ways_out = exchange_ways_out(e);
+                    let ways_out = ctx.exchange_ways_out(e);
                     Step::Conflict { object, differences, ways_out }
                 }
             }
@@ -264,7 +375,7 @@ fn step(object: &Object, live: &Live) -> Step {
                 if differences.is_empty() {
                     Step::InSync { object }
                 } else {
-                    let ways_out = queue_ways_out(q, &differences, l.messages);
+                    let ways_out = ctx.queue_ways_out(q, &differences, l.messages);
                     Step::Conflict { object, differences, ways_out }
                 }
             }
@@ -315,38 +426,94 @@ pub fn queue_differences(q: &Queue, l: &LiveQueue, live: &Arguments) -> Vec<Diff
     d
 }
 
-fn exchange_ways_out(e: &Exchange) -> Vec<String> {
-    vec![
-        format!("change the spec back to what exchange `{}` is on the broker", e.name),
-        format!(
-            "or give the exchange another name in the spec (`exchange = \"{}.v2\"`), move producers to it, then delete `{}` yourself",
-            e.name, e.name
-        ),
-    ]
+/// What a refusal needs to say how to get out of it.
+struct Context<'a> {
+    vhost: &'a str,
+    topologies: &'a [&'a CompiledTopology],
 }
 
-fn queue_ways_out(q: &Queue, differences: &[Difference], messages: Option<u64>) -> Vec<String> {
-    let held = match messages {
-        Some(0) => "it is empty now".to_string(),
-        Some(n) => format!("it holds {n} message(s) now"),
-        None => "its message count is unknown".to_string(),
-    };
-    let args: Vec<_> = differences.iter().map(|d| format!("`{}`", d.argument)).collect();
-    let mut ways =
-        vec![format!("change the spec back to the broker's value of {} for queue `{}`", args.join(", "), q.name)];
-    if matches!(q.role, Role::Work { .. }) {
-        ways.push(format!(
-            "or migrate without losing messages: set `queue = \"{}-v2\"` in the spec, apply, move consumers to the new queue, let `{}` drain ({held}), then delete it by name (rabbitmqctl delete_queue {} --if-empty)",
-            q.name, q.name, q.name
-        ));
-    } else {
-        ways.push(format!(
-            "or let `{}` drain ({held}), then delete it by name (rabbitmqctl delete_queue {} --if-empty) and apply again",
-            q.name, q.name
-        ));
+impl Context<'_> {
+    fn exchange_ways_out(&self, e: &Exchange) -> Vec<String> {
+        let (key, producers) = self
+            .topologies
+            .iter()
+            .map(|t| &t.topology)
+            .find_map(|t| {
+                if t.exchange == e.name {
+                    Some(("exchange", true))
+                } else if t.retry_exchange == e.name {
+                    Some(("retry_exchange", false))
+                } else if t.dead_letter_exchange == e.name {
+                    Some(("dead_letter_exchange", false))
+                } else {
+                    None
+                }
+            })
+            .unwrap_or(("exchange", true));
+        let then = if producers { ", move producers to it" } else { "" };
+        vec![
+            format!("change the spec to match exchange `{}` as it is on the broker", e.name),
+            format!(
+                "or give it another name in the spec (`{key} = \"{}-v2\"`), apply{then}, then delete `{}` yourself (rabbitmqctl delete_exchange -p {} {})",
+                e.name, e.name, self.vhost, e.name
+            ),
+        ]
     }
-    ways.push("hopper never deletes or redeclares a queue that holds messages to change its arguments".into());
-    ways
+
+    fn queue_ways_out(&self, q: &Queue, differences: &[Difference], messages: Option<u64>) -> Vec<String> {
+        let held = match messages {
+            Some(0) => "it is empty now".to_string(),
+            Some(n) => format!("it holds {n} message(s) now"),
+            None => "its message count is unknown".to_string(),
+        };
+        let quorum = q.arguments.get("x-queue-type") == Some(&ArgValue::Str("quorum".into()));
+        // Quorum queues refuse --if-empty: the check is the operator's.
+        let delete = if quorum {
+            format!(
+                "once `rabbitmqctl list_queues -p {v} name messages` shows it at 0, `rabbitmqctl delete_queue -p {v} {n}` (quorum queues do not support --if-empty)",
+                v = self.vhost,
+                n = q.name
+            )
+        } else {
+            format!("`rabbitmqctl delete_queue -p {} {} --if-empty`", self.vhost, q.name)
+        };
+        let mut ways = Vec::new();
+        for d in differences {
+            let live = d.live.clone().unwrap_or_default();
+            let way = match d.argument.as_str() {
+                "x-delivery-limit" => format!("set `delivery_limit = {live}` in the spec to match the broker"),
+                "x-queue-type" => format!("set `queue_type = \"{live}\"` in the spec to match the broker"),
+                "x-message-ttl" => format!(
+                    "a wait queue's delay is part of its name, so `{}` with a TTL of {live} ms was declared by something else",
+                    q.name
+                ),
+                other => format!(
+                    "`{other}` is set by hopper, not by a spec key: the broker's value was set by something else"
+                ),
+            };
+            ways.push(way);
+        }
+        let (key, base) = match (
+            &q.role,
+            self.topologies
+                .iter()
+                .map(|t| &t.topology)
+                .find(|t| q.name.starts_with(t.queue.as_str()) || t.dead_letter_queue == q.name),
+        ) {
+            (Role::DeadLetter, Some(t)) => (Some("dead_letter_queue"), t.dead_letter_queue.clone()),
+            (Role::Work { .. }, Some(t)) => (Some("queue"), t.queue.clone()),
+            _ => (None, q.name.clone()),
+        };
+        match key {
+            Some(key) => ways.push(format!(
+                "or migrate without losing messages: set `{key} = \"{base}-v2\"` in the spec, apply, move consumers to the new queues, let `{}` drain ({held}), then {delete}",
+                q.name
+            )),
+            None => ways.push(format!("or let `{}` drain ({held}), then {delete}, and apply again", q.name)),
+        }
+        ways.push("hopper never deletes or redeclares a queue that holds messages to change its arguments".into());
+        ways
+    }
 }
 
 #[cfg(test)]
@@ -523,6 +690,73 @@ mod tests {
         live.queues.get_mut("orders.wait-5s").unwrap().operator_policy =
             Some(AppliedPolicy { definition: [("message-ttl".to_string(), ArgValue::Int(60000))].into(), ..cap });
         assert_eq!(plan("/", &[&c[0]], &live, false).overrides.len(), 1);
+    }
+
+    const CHAIN: &str = r#"
+        [topology.orders]
+        strategy = "chain"
+        delays = ["1s", "1s", "15s"]
+        max_attempts = 4
+    "#;
+
+    #[test]
+    fn a_left_over_queue_that_still_receives_dead_letters_is_never_pruned() {
+        // Lowering max_attempts in chain: attempt-4 is left over, but hop-3's wait queue, left
+        // over too and holding messages, still dead-letters into it.
+        let old = compiled(CHAIN);
+        let mut live = live_from(&old[0].objects);
+        live.queues.get_mut("orders.hop-3.wait-15s").unwrap().messages = Some(3);
+        let new = compiled(&CHAIN.replace("max_attempts = 4", "max_attempts = 3").replace(", \"15s\"", ""));
+        let p = plan("/", &[&new[0]], &live, true);
+        assert!(!p.steps.iter().any(|s| matches!(s, Step::Delete { .. })), "{:#?}", p.steps);
+        let kept = |q: &str| {
+            p.steps.iter().find_map(|s| match s {
+                Step::Extra { queue, kept_because, .. } if queue == q => kept_because.clone(),
+                _ => None,
+            })
+        };
+        assert_eq!(
+            kept("orders.attempt-4").as_deref(),
+            Some("`orders.hop-3.wait-15s` still dead-letters into it; it goes once that queue has gone")
+        );
+        assert!(kept("orders.hop-3.wait-15s").unwrap().contains("holds 3 message(s)"));
+        // Once the wait queue has gone, the empty attempt queue is pruned.
+        live.queues.remove("orders.hop-3.wait-15s");
+        let p = plan("/", &[&new[0]], &live, true);
+        assert!(p.steps.iter().any(|s| matches!(s, Step::Delete { queue, .. } if queue == "orders.attempt-4")));
+    }
+
+    #[test]
+    fn only_queues_of_hoppers_grammar_and_shape_are_left_overs() {
+        let c = compiled(CHAIN);
+        let t = &c[0].topology;
+        let mut live = live_from(&c[0].objects);
+        let shaped = |name: &str| live.queues[name].clone();
+        assert_eq!(
+            left_over(t, "orders.attempt-2", &shaped("orders.attempt-2")),
+            Some(GeneratedName::Work { attempt: 2 })
+        );
+        assert_eq!(
+            left_over(t, "orders.hop-1.wait-1s", &shaped("orders.hop-1.wait-1s")),
+            Some(GeneratedName::Wait { hop: Some(1) })
+        );
+        // Someone else's queue under a similar name, or of another shape, is not hopper's.
+        let foreign = LiveQueue { arguments: Some(Arguments::new()), ..LiveQueue::default() };
+        assert_eq!(left_over(t, "orders.attempt-log", &foreign), None);
+        assert_eq!(left_over(t, "orders.attempt-7", &foreign), None);
+        assert_eq!(left_over(t, "orders.hop-01.wait-1s", &shaped("orders.hop-1.wait-1s")), None);
+        // Republish owns no attempt queues, and a foreign queue bound to the main exchange stays bound.
+        let r = compiled(ORDERS);
+        assert_eq!(left_over(&r[0].topology, "orders.attempt-2", &shaped("orders.attempt-2")), None);
+        live = live_from(&r[0].objects);
+        live.queues.insert("orders.attempt-log".into(), foreign);
+        live.bindings.as_mut().unwrap().insert(Binding {
+            source: "orders".into(),
+            destination: "orders.attempt-log".into(),
+            routing_key: "order.#".into(),
+        });
+        let p = plan("/", &[&r[0]], &live, true);
+        assert!(!p.has_changes(), "{:#?}", p.steps);
     }
 
     #[test]

@@ -196,20 +196,31 @@ impl Session {
         self.outcome(r).await
     }
 
-    /// Carries out the plan's changes in order, stopping at the first refusal.
+    /// Carries out the plan's changes in order, stopping at the first refusal. If the connection
+    /// fails, the error says how far it got: every step is a declaration the next run repeats
+    /// harmlessly, so running apply again finishes the job.
     pub async fn execute(&mut self, plan: &Plan) -> Result<Vec<(usize, Outcome)>> {
         let mut outcomes = Vec::new();
+        let total = plan.steps.iter().filter(|s| s.changes()).count();
         for (i, step) in plan.steps.iter().enumerate() {
-            let outcome = match step {
+            let result = match step {
                 Step::Create { object } | Step::Ensure { object } => match object {
-                    Object::Exchange(e) => self.declare_exchange(e).await?,
-                    Object::Queue(q) => self.declare_queue(q).await?,
-                    Object::Binding(b) => self.bind(b).await?,
+                    Object::Exchange(e) => self.declare_exchange(e).await,
+                    Object::Queue(q) => self.declare_queue(q).await,
+                    Object::Binding(b) => self.bind(b).await,
                 },
-                Step::Unbind { binding } => self.unbind(binding).await?,
-                Step::Delete { queue, broker_checks } => self.delete_if_empty(queue, *broker_checks).await?,
+                Step::Unbind { binding } => self.unbind(binding).await,
+                Step::Delete { queue, broker_checks } => self.delete_if_empty(queue, *broker_checks).await,
                 Step::InSync { .. } | Step::Conflict { .. } | Step::Extra { .. } => continue,
             };
+            let outcome = result.with_context(|| {
+                format!(
+                    "in vhost `{}`, after {} of {total} changes, at {}; the steps before it were applied, and apply is idempotent: run it again",
+                    plan.vhost,
+                    outcomes.len(),
+                    describe(step)
+                )
+            })?;
             let stop = matches!(outcome, Outcome::Refused(_)) && !matches!(step, Step::Delete { .. });
             outcomes.push((i, outcome));
             if stop {
@@ -249,6 +260,15 @@ impl Session {
                 None => Err(anyhow!(e).context("AMQP connection failed")),
             },
         }
+    }
+}
+
+fn describe(step: &Step) -> String {
+    match step {
+        Step::Create { object } | Step::Ensure { object } => format!("declaring {} `{}`", object.kind(), object.name()),
+        Step::Unbind { binding } => format!("removing binding {binding}"),
+        Step::Delete { queue, .. } => format!("deleting queue `{queue}`"),
+        _ => String::new(),
     }
 }
 

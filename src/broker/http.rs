@@ -22,7 +22,7 @@ pub fn client(endpoint: &Endpoint) -> Api {
 
 /// Why the management API could not be used, in one sentence a user can act on.
 pub fn explain(endpoint: &Endpoint, e: &HttpClientError) -> String {
-    let url = &endpoint.management_url;
+    let url = &super::redact(&endpoint.management_url);
     match e {
         HttpClientError::ClientErrorResponse { status_code, .. } if status_code.as_u16() == 401 => format!(
             "the management API at {url} refused user `{}` (401): it needs a user with the `monitoring` or `management` tag",
@@ -30,7 +30,8 @@ pub fn explain(endpoint: &Endpoint, e: &HttpClientError) -> String {
         ),
         HttpClientError::NotFound => format!("the management API at {url} answered 404: is the vhost there?"),
         other => format!(
-            "the management API at {url} is unreachable ({other}); enable it with `rabbitmq-plugins enable rabbitmq_management` or pass --management-url"
+            "the management API at {url} is unreachable ({}); enable it with `rabbitmq-plugins enable rabbitmq_management` or pass --management-url",
+            super::redact(&other.to_string())
         ),
     }
 }
@@ -90,7 +91,7 @@ fn same_broker(endpoint: &Endpoint, overview: &rabbitmq_http_client::responses::
     }
     Err(anyhow!(
         "the management API at {} belongs to a broker whose AMQP listeners are on port(s) {ports:?}, not {}; pass --management-url for this broker",
-        endpoint.management_url,
+        super::redact(&endpoint.management_url),
         endpoint.describe()
     ))
 }

@@ -67,13 +67,13 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
     let endpoint = args.broker.endpoint()?;
     let compiled = compile(&spec);
     let by_vhost = super::by_vhost(&compiled);
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async {
         // Plan every vhost before changing any: a conflict anywhere stops the whole run.
         let mut work = Vec::new();
         for (vhost, topologies) in &by_vhost {
             let mut session = amqp::Session::connect(&endpoint, vhost).await?;
-            let (live, read_from, note) = match http::read(&endpoint, vhost).await {
+            let (mut live, read_from, note) = match http::read(&endpoint, vhost).await {
                 Ok(mut live) => {
                     super::exact_counts(&mut session, &mut live, topologies).await?;
                     (live, "management_api", None)
@@ -86,7 +86,23 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
                     (live, "amqp", Some(note))
                 }
             };
-            let plan = plan::plan(vhost, topologies, &live, args.prune);
+            let mut plan = plan::plan(vhost, topologies, &live, args.prune);
+            // A refusal says how many messages the queue holds: count them exactly.
+            let conflicting: Vec<String> = plan
+                .conflicts()
+                .filter_map(|s| match s {
+                    Step::Conflict { object: Object::Queue(q), .. } => Some(q.name.clone()),
+                    _ => None,
+                })
+                .collect();
+            if !conflicting.is_empty() {
+                for name in conflicting {
+                    if let (Some(q), Some((messages, _))) = (live.queues.get_mut(&name), session.queue_counts(&name).await?) {
+                        q.messages = Some(messages.max(q.messages.unwrap_or(0)));
+                    }
+                }
+                plan = plan::plan(vhost, topologies, &live, args.prune);
+            }
             work.push((session, plan, read_from, note));
         }
 
@@ -170,7 +186,13 @@ fn print_report(report: &Report, show_unchanged: bool) -> Result<()> {
     let changes =
         ["create", "ensure", "unbind", "delete"].iter().map(|a| counts.get(a).copied().unwrap_or(0)).sum::<usize>();
     let summary: Vec<_> = counts.iter().map(|(a, n)| format!("{n} {a}")).collect();
-    let refused: usize = report.vhosts.iter().map(|v| v.refused.len()).sum();
+    // A prune deletion the broker refused (the queue is no longer empty) is not a stop: the queue
+    // was kept, which is what a refusal is for; its line says so.
+    let refused: usize = report
+        .vhosts
+        .iter()
+        .map(|v| v.refused.iter().filter(|(i, _)| !matches!(v.steps[*i], Step::Delete { .. })).count())
+        .sum();
     let last = if conflicts > 0 {
         format!("Refused: {conflicts} conflict(s) with the broker; nothing was changed. ({})", summary.join(", "))
     } else if report.dry_run {
@@ -180,8 +202,17 @@ fn print_report(report: &Report, show_unchanged: bool) -> Result<()> {
             "Stopped: the broker refused {refused} step(s); steps before them were applied. ({})",
             summary.join(", ")
         )
+    } else if changes == 0 && counts.contains_key("extra") {
+        format!(
+            "No changes: everything the spec has is in place ({total} objects checked); {} left-over queue(s) kept, see above.",
+            counts["extra"]
+        )
     } else if changes == 0 {
         format!("No changes: the broker already matches the spec ({total} objects checked).")
+    } else if changes == counts.get("ensure").copied().unwrap_or(0) && counts.contains_key("in sync") {
+        format!(
+            "No changes found: every exchange and queue was already there ({total} objects checked); bindings were declared again, since they cannot be listed without the management API."
+        )
     } else {
         format!("Applied: {}.", summary.join(", "))
     };

@@ -80,7 +80,7 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
     };
     let endpoint = args.broker.endpoint()?;
     let compiled = compile(&spec);
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let plans = runtime.block_on(async {
         let mut plans = Vec::new();
         for (vhost, topologies) in super::by_vhost(&compiled) {

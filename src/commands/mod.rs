@@ -51,7 +51,7 @@ pub struct SpecArgs {
     #[arg(required = true, value_name = "SPEC")]
     pub specs: Vec<PathBuf>,
     /// Use this vhost for every topology, whatever the files say.
-    #[arg(long)]
+    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub vhost: Option<String>,
 }
 
@@ -105,19 +105,20 @@ pub fn run(cli: Cli) -> Result<Exit> {
     }
 }
 
-/// The management API's message counts lag by seconds; a queue left over by an earlier spec is
-/// judged by its exact counts, read over AMQP.
+/// The management API's message counts lag by seconds, and a passive declaration does not count
+/// a quorum queue's dead letters still waiting to be confirmed elsewhere: a queue left over by an
+/// earlier spec is judged by the larger of the two.
 pub(crate) async fn exact_counts(
     session: &mut crate::broker::amqp::Session,
     live: &mut crate::plan::Live,
     topologies: &[&crate::compile::CompiledTopology],
 ) -> Result<()> {
     for (name, queue) in live.queues.iter_mut() {
-        if topologies.iter().any(|t| t.topology.generated_prefixes().iter().any(|p| name.starts_with(p.as_str())))
+        if topologies.iter().any(|t| crate::plan::left_over(&t.topology, name, queue).is_some())
             && let Some((messages, consumers)) = session.queue_counts(name).await?
         {
-            queue.messages = Some(messages);
-            queue.consumers = Some(consumers);
+            queue.messages = Some(messages.max(queue.messages.unwrap_or(0)));
+            queue.consumers = Some(consumers.max(queue.consumers.unwrap_or(0)));
         }
     }
     Ok(())

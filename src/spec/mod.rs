@@ -91,6 +91,15 @@ impl QueueType {
     }
 }
 
+/// What a generated queue name says about the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GeneratedName {
+    /// A wait queue; chain wait queues belong to one hop.
+    Wait { hop: Option<u32> },
+    /// A chain work queue.
+    Work { attempt: u32 },
+}
+
 /// Why a spec could not be loaded.
 pub enum LoadError {
     /// A path that cannot be read, or a directory without `*.toml` files.
@@ -191,10 +200,27 @@ impl Topology {
         }
     }
 
-    /// Prefixes under which hopper names this topology's generated queues; a live queue under
-    /// one of them that the spec no longer has is left over from an earlier version of the spec.
-    pub fn generated_prefixes(&self) -> Vec<String> {
-        vec![format!("{}.wait-", self.queue), format!("{}.hop-", self.queue), format!("{}.attempt-", self.queue)]
+    /// Whether `name` is a name this topology's strategy generates for some delay, hop or
+    /// attempt (not necessarily one the spec has now): `<queue>.wait-<delay>` (republish),
+    /// `<queue>.hop-<n>.wait-<delay>` and `<queue>.attempt-<n>` (chain), the delay spelt as hopper
+    /// spells it. Returns the hop or attempt number where there is one.
+    pub fn generated_name(&self, name: &str) -> Option<GeneratedName> {
+        let rest = name.strip_prefix(self.queue.as_str())?.strip_prefix('.')?;
+        let canonical = |d: &str| duration::parse(d).is_ok_and(|p| format_duration(p) == d);
+        let number = |text: &str| text.parse::<u32>().ok().filter(|n| n.to_string() == text && *n >= 1);
+        match self.strategy {
+            Strategy::Republish => {
+                rest.strip_prefix("wait-").filter(|d| canonical(d)).map(|_| GeneratedName::Wait { hop: None })
+            }
+            Strategy::Chain => {
+                if let Some(n) = rest.strip_prefix("attempt-") {
+                    return number(n).filter(|n| *n >= 2).map(|attempt| GeneratedName::Work { attempt });
+                }
+                let (hop, delay) = rest.strip_prefix("hop-")?.split_once(".wait-")?;
+                let hop = number(hop)?;
+                canonical(delay).then_some(GeneratedName::Wait { hop: Some(hop) })
+            }
+        }
     }
 }
 

@@ -5,6 +5,7 @@ mod apply;
 mod diff;
 mod export;
 mod flow;
+mod prune;
 mod readme;
 mod spec_errors;
 mod support;

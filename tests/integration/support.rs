@@ -127,12 +127,41 @@ pub async fn wait_for_count(connection: &Connection, queue: &str, n: u32, limit:
     }
 }
 
+/// The properties every test message carries, so that a retry that drops one is caught.
+pub fn rich_properties(id: &str) -> BasicProperties {
+    BasicProperties::default()
+        .with_delivery_mode(2)
+        .with_message_id(id.into())
+        .with_correlation_id(format!("corr-{id}").into())
+        .with_content_type("application/json".into())
+        .with_content_encoding("identity".into())
+        .with_type("order.created".into())
+        .with_app_id("hopper-tests".into())
+        .with_reply_to("replies".into())
+        .with_priority(3)
+        .with_timestamp(1_700_000_000)
+}
+
 /// Publishes persistent messages with the given ids, each confirmed by the broker.
 pub async fn publish(connection: &Connection, exchange: &str, routing_key: &str, ids: &[String]) {
+    publish_with(connection, exchange, routing_key, ids, |_| None).await;
+}
+
+/// As `publish`, with headers chosen per message.
+pub async fn publish_with(
+    connection: &Connection,
+    exchange: &str,
+    routing_key: &str,
+    ids: &[String],
+    headers: impl Fn(&str) -> Option<lapin::types::FieldTable>,
+) {
     let channel: Channel = connection.create_channel().await.unwrap();
     channel.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
     for id in ids {
-        let properties = BasicProperties::default().with_delivery_mode(2).with_message_id(id.as_str().into());
+        let mut properties = rich_properties(id);
+        if let Some(h) = headers(id) {
+            properties = properties.with_headers(h);
+        }
         let confirm = channel
             .basic_publish(
                 exchange.into(),
