@@ -19,13 +19,29 @@ pub struct Live {
     /// `None` when bindings cannot be listed (no management API): they are declared again,
     /// which is idempotent.
     pub bindings: Option<BTreeSet<Binding>>,
+    /// Every binding, exchange-to-exchange ones and binding arguments included, when listed.
+    pub routes: Vec<Route>,
+    /// The broker's version, such as "4.0.5", when the management API says.
+    pub version: Option<String>,
 }
 
-#[derive(Debug, Clone)]
+/// A binding as routing sees it: to a queue or to another exchange, with its arguments (headers
+/// exchanges match on them).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Route {
+    pub source: String,
+    pub destination: String,
+    pub to_exchange: bool,
+    pub routing_key: String,
+    pub arguments: Arguments,
+}
+
+#[derive(Debug, Clone, Default)]
 pub struct LiveExchange {
     pub kind: String,
     pub durable: bool,
     pub auto_delete: bool,
+    pub arguments: Arguments,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -38,6 +54,8 @@ pub struct LiveQueue {
     pub refused: Option<Difference>,
     pub messages: Option<u64>,
     pub consumers: Option<u64>,
+    /// Delivered to a consumer and not yet acknowledged (part of `messages`).
+    pub unacked: Option<u64>,
     /// The policy and operator policy that apply to it, when they could be read.
     pub policy: Option<AppliedPolicy>,
     pub operator_policy: Option<AppliedPolicy>,
@@ -539,7 +557,7 @@ mod tests {
                 Object::Exchange(e) => {
                     live.exchanges.insert(
                         e.name.clone(),
-                        LiveExchange { kind: e.kind.clone(), durable: e.durable, auto_delete: false },
+                        LiveExchange { kind: e.kind.clone(), durable: e.durable, ..LiveExchange::default() },
                     );
                 }
                 Object::Queue(q) => {

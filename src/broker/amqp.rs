@@ -77,7 +77,8 @@ impl Session {
                 Object::Exchange(e) => {
                     if self.exchange_exists(&e.name).await? {
                         // Equivalent unless refused; a refusal names the first property that differs.
-                        let mut found = LiveExchange { kind: e.kind.clone(), durable: e.durable, auto_delete: false };
+                        let mut found =
+                            LiveExchange { kind: e.kind.clone(), durable: e.durable, ..LiveExchange::default() };
                         if let Outcome::Refused(text) = self.declare_exchange(e).await? {
                             match parse_inequivalent(&text) {
                                 Some(Difference { argument, live: Some(value), .. }) => match argument.as_str() {

@@ -11,7 +11,7 @@ use rabbitmq_http_client::responses::Policy;
 
 use super::Endpoint;
 use crate::model::{ArgValue, Arguments, Binding};
-use crate::plan::{Live, LiveExchange, LiveQueue};
+use crate::plan::{Live, LiveExchange, LiveQueue, Route};
 use crate::policy::AppliedPolicy;
 
 pub type Api = Client<String, String, String>;
@@ -40,8 +40,9 @@ pub fn explain(endpoint: &Endpoint, e: &HttpClientError) -> String {
 pub async fn read(endpoint: &Endpoint, vhost: &str) -> Result<Live> {
     let api = client(endpoint);
     let err = |e: HttpClientError| anyhow!(explain(endpoint, &e));
+    let overview = api.overview().await.map_err(err)?;
     if endpoint.management_url_derived {
-        same_broker(endpoint, &api.overview().await.map_err(err)?)?;
+        same_broker(endpoint, &overview)?;
     }
     let exchanges = api.list_exchanges_in(vhost).await.map_err(err)?;
     let queues = api.list_queues_in(vhost).await.map_err(err)?;
@@ -49,13 +50,16 @@ pub async fn read(endpoint: &Endpoint, vhost: &str) -> Result<Live> {
     let policies = api.list_policies_in(vhost).await.map_err(err)?;
     let operator_policies = api.list_operator_policies_in(vhost).await.map_err(err)?;
 
-    let mut live = Live { bindings: Some(BTreeSet::new()), ..Live::default() };
+    let mut live =
+        Live { bindings: Some(BTreeSet::new()), version: Some(overview.rabbitmq_version), ..Live::default() };
     for e in exchanges {
-        live.exchanges
-            .insert(e.name, LiveExchange { kind: e.exchange_type, durable: e.durable, auto_delete: e.auto_delete });
+        let arguments = arguments(&e.arguments.0);
+        let exchange =
+            LiveExchange { kind: e.exchange_type, durable: e.durable, auto_delete: e.auto_delete, arguments };
+        live.exchanges.insert(e.name, exchange);
     }
     for q in queues {
-        let mut arguments: Arguments = q.arguments.0.iter().filter_map(|(k, v)| Some((k.clone(), arg(v)?))).collect();
+        let mut arguments = arguments(&q.arguments.0);
         // Older brokers leave out `x-queue-type` for queues declared without it.
         arguments.entry("x-queue-type".into()).or_insert_with(|| ArgValue::Str(q.queue_type.clone()));
         live.queues.insert(
@@ -68,14 +72,30 @@ pub async fn read(endpoint: &Endpoint, vhost: &str) -> Result<Live> {
                 arguments: Some(arguments),
                 refused: None,
                 messages: Some(q.message_count),
+                unacked: Some(q.unacknowledged_message_count),
                 consumers: Some(u64::from(q.consumer_count)),
             },
         );
     }
     let set = live.bindings.as_mut().expect("set above");
     for b in bindings {
-        if b.destination_type == BindingDestinationType::Queue && !b.source.is_empty() {
-            set.insert(Binding { source: b.source, destination: b.destination, routing_key: b.routing_key });
+        let to_exchange = b.destination_type == BindingDestinationType::Exchange;
+        if !to_exchange && !b.source.is_empty() {
+            set.insert(Binding {
+                source: b.source.clone(),
+                destination: b.destination.clone(),
+                routing_key: b.routing_key.clone(),
+            });
+        }
+        if !b.source.is_empty() {
+            let arguments = arguments(&b.arguments.0);
+            live.routes.push(Route {
+                source: b.source,
+                destination: b.destination,
+                to_exchange,
+                routing_key: b.routing_key,
+                arguments,
+            });
         }
     }
     Ok(live)
@@ -111,6 +131,10 @@ fn matching(policies: &[Policy], vhost: &str, queue: &str, queue_type: &str) -> 
         .max_by(|a, b| a.priority.cmp(&b.priority).then_with(|| b.name.cmp(&a.name)))?;
     let definition = p.definition.0.iter().flatten().filter_map(|(k, v)| Some((k.clone(), arg(v)?))).collect();
     Some(AppliedPolicy { name: p.name.clone(), definition })
+}
+
+fn arguments(map: &serde_json::Map<String, serde_json::Value>) -> Arguments {
+    map.iter().filter_map(|(k, v)| Some((k.clone(), arg(v)?))).collect()
 }
 
 fn arg(v: &serde_json::Value) -> Option<ArgValue> {

@@ -5,6 +5,9 @@ pub mod compile;
 pub mod contract;
 pub mod diff;
 pub mod export;
+pub mod graph;
+pub mod inspect;
+pub mod lint;
 
 use std::path::PathBuf;
 
@@ -23,7 +26,10 @@ Examples:
   hopper export topologies/ > defs.json      RabbitMQ definitions, for import_definitions
   hopper diff topologies/                    the spec against the live broker (exit 1 on drift)
   hopper apply --dry-run topologies/         the plan against the live broker
-  hopper apply topologies/                   converge the broker to the spec";
+  hopper apply topologies/                   converge the broker to the spec
+  hopper lint topologies/                    message-loss hazards in the spec, offline
+  hopper inspect --vhost /                   where messages go on the live broker, and every hazard
+  hopper graph topologies/ | dot -Tsvg       exchanges, queues, bindings and dead-letter routes";
 
 #[derive(Debug, Parser)]
 #[command(name = "hopper", version, about = "Compile, apply and explain RabbitMQ retry topologies", after_help = EXAMPLES)]
@@ -42,6 +48,9 @@ pub enum Command {
     Contract(contract::Args),
     Diff(diff::Args),
     Export(export::Args),
+    Graph(graph::Args),
+    Inspect(inspect::Args),
+    Lint(lint::Args),
 }
 
 /// Spec files or directories of `*.toml`, shared by every command.
@@ -102,6 +111,9 @@ pub fn run(cli: Cli) -> Result<Exit> {
         Command::Contract(args) => contract::run(args, cli.format),
         Command::Diff(args) => diff::run(args, cli.format),
         Command::Export(args) => export::run(args),
+        Command::Graph(args) => graph::run(args),
+        Command::Inspect(args) => inspect::run(args, cli.format),
+        Command::Lint(args) => lint::run(args, cli.format),
     }
 }
 
