@@ -5,6 +5,7 @@ mod apply;
 mod diff;
 mod export;
 mod flow;
+mod hazards;
 mod prune;
 mod readme;
 mod spec_errors;
