@@ -343,3 +343,83 @@ mod tests {
         assert_eq!(d, Difference { argument: "type".into(), live: Some("direct".into()), spec: Some("topic".into()) });
     }
 }
+
+/// One dead-lettering a message went through, as its `x-death` header records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Death {
+    pub queue: String,
+    pub reason: String,
+    pub count: i64,
+    /// Seconds since the epoch of the first death for this queue and reason.
+    pub time: Option<u64>,
+}
+
+/// What a peek learns of one message: its deaths (newest first) and the first one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peeked {
+    pub first_death_queue: Option<String>,
+    pub first_death_reason: Option<String>,
+    pub deaths: Vec<Death>,
+    pub redelivered: bool,
+}
+
+impl Session {
+    /// Reads up to `limit` messages with `basic.get` and gives every one back by closing the
+    /// channel without acknowledging: none is consumed. Callers must first make sure a return
+    /// cannot dead-letter or drop a message (a quorum queue's delivery limit).
+    pub async fn peek(&mut self, queue: &str, limit: usize) -> Result<Vec<Peeked>> {
+        let channel = self.connection.create_channel().await?;
+        let mut out = Vec::new();
+        while out.len() < limit {
+            let Some(m) = channel.basic_get(short(queue)?, lapin::options::BasicGetOptions { no_ack: false }).await?
+            else {
+                break;
+            };
+            out.push(peeked(&m.delivery));
+        }
+        // Closing the channel returns every unacknowledged message to the queue.
+        channel.close(200, "peek done".into()).await?;
+        Ok(out)
+    }
+}
+
+fn peeked(d: &lapin::message::Delivery) -> Peeked {
+    let headers = d.properties.headers().clone().unwrap_or_default();
+    let text = |v: Option<&AMQPValue>| match v {
+        Some(AMQPValue::LongString(s)) => Some(s.to_string()),
+        Some(AMQPValue::ShortString(s)) => Some(s.to_string()),
+        _ => None,
+    };
+    let int = |v: Option<&AMQPValue>| match v {
+        Some(AMQPValue::LongLongInt(n)) => Some(*n),
+        Some(AMQPValue::LongInt(n)) => Some(i64::from(*n)),
+        Some(AMQPValue::LongUInt(n)) => Some(i64::from(*n)),
+        Some(AMQPValue::ShortInt(n)) => Some(i64::from(*n)),
+        _ => None,
+    };
+    let deaths = match headers.inner().get("x-death") {
+        Some(AMQPValue::FieldArray(entries)) => entries
+            .as_slice()
+            .iter()
+            .filter_map(|e| match e {
+                AMQPValue::FieldTable(t) => Some(Death {
+                    queue: text(t.inner().get("queue")).unwrap_or_default(),
+                    reason: text(t.inner().get("reason")).unwrap_or_default(),
+                    count: int(t.inner().get("count")).unwrap_or(1),
+                    time: match t.inner().get("time") {
+                        Some(AMQPValue::Timestamp(ts)) => Some(*ts),
+                        _ => None,
+                    },
+                }),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    Peeked {
+        first_death_queue: text(headers.inner().get("x-first-death-queue")),
+        first_death_reason: text(headers.inner().get("x-first-death-reason")),
+        deaths,
+        redelivered: d.redelivered,
+    }
+}

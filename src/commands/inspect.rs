@@ -34,6 +34,13 @@ pub struct Args {
     /// Only this queue.
     #[arg(long)]
     pub queue: Option<String>,
+    /// Summarise the dead letters in --queue from their x-death headers, by peeking at them
+    /// (read and given back, never consumed); refused where a peek could lose a message.
+    #[arg(long, requires = "queue")]
+    pub dead_letters: bool,
+    /// Peek at most this many messages.
+    #[arg(long, default_value_t = 1000, requires = "dead_letters")]
+    pub peek_limit: usize,
     #[command(flatten)]
     pub broker: BrokerArgs,
 }
@@ -44,6 +51,28 @@ pub struct Report {
     pub version: Option<String>,
     pub queues: Vec<QueueReport>,
     pub hazards: Vec<Finding>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dead_letters: Option<DeadLetterSummary>,
+}
+
+/// The dead letters of one queue, grouped by where and why they first died.
+#[derive(Debug, Serialize)]
+pub struct DeadLetterSummary {
+    pub queue: String,
+    pub peeked: usize,
+    /// What the peek did to the messages, plainly.
+    pub effect: String,
+    pub groups: Vec<Group>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Group {
+    pub first_death_queue: String,
+    pub first_death_reason: String,
+    pub messages: usize,
+    /// Seconds since the epoch of the oldest and newest first deaths in the group.
+    pub oldest: Option<u64>,
+    pub newest: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -108,13 +137,93 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
         let hazards: Vec<Finding> =
             hazard::check(&network).into_iter().filter(|f| f.objects.iter().any(|o| selected(o))).collect();
         let queues = network.queues.keys().filter(|q| selected(q)).map(|q| queue_report(&network, q)).collect();
-        reports.push(Report { vhost, version: live.version.clone(), queues, hazards });
+        let dead_letters = match (&args.queue, args.dead_letters) {
+            (Some(queue), true) => {
+                if let Some(refusal) = peek_refusal(&network, queue) {
+                    anyhow::bail!("{refusal}");
+                }
+                let peeked = runtime.block_on(async {
+                    let mut session = crate::broker::amqp::Session::connect(&endpoint, &vhost).await?;
+                    let peeked = session.peek(queue, args.peek_limit).await;
+                    session.close().await;
+                    peeked
+                })?;
+                let quorum = network.queues[queue].quorum;
+                Some(DeadLetterSummary {
+                    queue: queue.clone(),
+                    peeked: peeked.len(),
+                    effect: peek_effect(quorum),
+                    groups: summarize(&peeked),
+                })
+            }
+            _ => None,
+        };
+        reports.push(Report { vhost, version: live.version.clone(), queues, hazards, dead_letters });
     }
     match format {
         Format::Json => output::json(&reports)?,
         Format::Table => output::print(&reports.iter().map(render).collect::<Vec<_>>().join("\n"))?,
     }
+    if args.dead_letters {
+        return Ok(Exit::Ok); // a summary, not a check
+    }
     Ok(if reports.iter().all(|r| r.hazards.is_empty()) { Exit::Ok } else { Exit::Drift })
+}
+
+/// Why peeking at `queue` could lose a message, if it could. A peek gives every message back;
+/// on a quorum queue each return counts as a delivery (RabbitMQ 4.0 to 4.2), so a reachable
+/// delivery limit would dead-letter or drop messages.
+pub fn peek_refusal(n: &Network, queue: &str) -> Option<String> {
+    let q = n.queues.get(queue)?;
+    let limit = n.delivery_limit(queue)?;
+    if !q.quorum || limit >= 10_000 {
+        return None;
+    }
+    let then = match n.text(queue, "dead-letter-exchange") {
+        Some(x) => format!("dead-lettered to `{x}`"),
+        None => "dropped".to_string(),
+    };
+    Some(format!(
+        "not peeking at `{queue}`: it is a quorum queue with a delivery limit of {limit}, and every message a peek gives back counts as a delivery, so messages near the limit would be {then}. Read it with a consumer that acks, or move its messages to a queue without a reachable limit first"
+    ))
+}
+
+pub fn peek_effect(quorum: bool) -> String {
+    let order = if quorum {
+        "go back to the head of the queue in their original order"
+    } else {
+        "go back to their original positions"
+    };
+    let count = if quorum { "; each counts one more delivery (x-delivery-count)" } else { "" };
+    format!(
+        "read with basic.get and given back unacknowledged: none was consumed; they {order}, and are marked redelivered{count}"
+    )
+}
+
+/// Dead letters grouped by the queue and reason of their first death. Pure.
+pub fn summarize(peeked: &[crate::broker::amqp::Peeked]) -> Vec<Group> {
+    let mut groups: BTreeMap<(String, String), Group> = BTreeMap::new();
+    for p in peeked {
+        let queue = p.first_death_queue.clone().or_else(|| p.deaths.last().map(|d| d.queue.clone()));
+        let reason = p.first_death_reason.clone().or_else(|| p.deaths.last().map(|d| d.reason.clone()));
+        let (queue, reason) = (queue.unwrap_or_else(|| "(none)".into()), reason.unwrap_or_else(|| "(none)".into()));
+        let time = p.deaths.iter().find(|d| d.queue == queue && d.reason == reason).and_then(|d| d.time);
+        let g = groups.entry((queue.clone(), reason.clone())).or_insert(Group {
+            first_death_queue: queue,
+            first_death_reason: reason,
+            messages: 0,
+            oldest: None,
+            newest: None,
+        });
+        g.messages += 1;
+        if let Some(t) = time {
+            g.oldest = Some(g.oldest.map_or(t, |o| o.min(t)));
+            g.newest = Some(g.newest.map_or(t, |n| n.max(t)));
+        }
+    }
+    let mut out: Vec<Group> = groups.into_values().collect();
+    out.sort_by_key(|g| std::cmp::Reverse(g.messages));
+    out
 }
 
 fn queue_report(n: &Network, name: &str) -> QueueReport {
@@ -168,6 +277,25 @@ fn render(r: &Report) -> String {
             lines.push(format!("  {reason:<14} {}", describe_path(path)));
         }
     }
+    if let Some(d) = &r.dead_letters {
+        lines.push(format!("\ndead letters in {} ({} peeked: {})", d.queue, d.peeked, d.effect));
+        let mut table = output::table(&["first died in", "reason", "messages", "oldest", "newest"]);
+        let time = |t: Option<u64>| {
+            t.map_or("?".to_string(), |t| {
+                humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_secs(t)).to_string()
+            })
+        };
+        for g in &d.groups {
+            table.add_row(vec![
+                g.first_death_queue.clone(),
+                g.first_death_reason.clone(),
+                g.messages.to_string(),
+                time(g.oldest),
+                time(g.newest),
+            ]);
+        }
+        lines.push(table.to_string());
+    }
     if r.hazards.is_empty() {
         lines.push("\nNo hazard found.".into());
     } else {
@@ -209,4 +337,47 @@ pub fn describe_path(p: &Path) -> String {
         End::Unknown { why } => format!(": unknown ({why})"),
     };
     format!("{}{end}", s.trim_start())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::amqp::{Death, Peeked};
+
+    fn message(first: (&str, &str), time: u64) -> Peeked {
+        Peeked {
+            first_death_queue: Some(first.0.into()),
+            first_death_reason: Some(first.1.into()),
+            deaths: vec![Death { queue: first.0.into(), reason: first.1.into(), count: 1, time: Some(time) }],
+            redelivered: false,
+        }
+    }
+
+    #[test]
+    fn dead_letters_group_by_first_death_with_oldest_and_newest() {
+        let groups = summarize(&[
+            message(("orders", "rejected"), 300),
+            message(("orders", "rejected"), 100),
+            message(("orders", "delivery_limit"), 200),
+        ]);
+        assert_eq!(
+            groups,
+            vec![
+                Group {
+                    first_death_queue: "orders".into(),
+                    first_death_reason: "rejected".into(),
+                    messages: 2,
+                    oldest: Some(100),
+                    newest: Some(300)
+                },
+                Group {
+                    first_death_queue: "orders".into(),
+                    first_death_reason: "delivery_limit".into(),
+                    messages: 1,
+                    oldest: Some(200),
+                    newest: Some(200)
+                },
+            ]
+        );
+    }
 }

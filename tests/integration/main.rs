@@ -6,6 +6,7 @@ mod diff;
 mod export;
 mod flow;
 mod hazards;
+mod inspect;
 mod prune;
 mod readme;
 mod spec_errors;

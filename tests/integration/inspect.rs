@@ -1,0 +1,111 @@
+//! `hopper inspect --dead-letters`: the parking lot summarised from x-death without consuming a
+//! message, and refused where a peek could lose one.
+
+use std::time::Duration;
+
+use lapin::options::{BasicGetOptions, BasicRejectOptions};
+
+use crate::support::{self, Broker, RABBITMQ_3, RABBITMQ_4, Vhost};
+
+async fn summary_consumes_nothing(broker: Broker, queue_type: &str) {
+    let vhost = Vhost::new(broker, &format!("inspect-dlq-{queue_type}")).await;
+    let spec =
+        vhost.spec("orders.toml", &format!("[topology.orders]\nqueue_type = \"{queue_type}\"\nmax_attempts = 1\n"));
+    assert_eq!(vhost.hopper(&["apply", spec.to_str().unwrap()]).status.code(), Some(0));
+    let c = vhost.connect().await;
+    let ids: Vec<String> = (0..5).map(|i| format!("m{i}")).collect();
+    support::publish(&c, "orders", "orders", &ids).await;
+    // The last (only) attempt fails: rejected, in order, into the dead-letter queue.
+    let ch = c.create_channel().await.unwrap();
+    for _ in &ids {
+        let m = ch.basic_get("orders".into(), BasicGetOptions::default()).await.unwrap().expect("a message");
+        m.delivery.reject(BasicRejectOptions { requeue: false }).await.unwrap();
+    }
+    support::wait_for_count(&c, "orders.dlq", 5, Duration::from_secs(10)).await;
+
+    let out = vhost.hopper(&[
+        "inspect",
+        "--vhost",
+        &vhost.name,
+        "--queue",
+        "orders.dlq",
+        "--dead-letters",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", support::text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let summary = &report[0]["dead_letters"];
+    assert_eq!(summary["peeked"], 5);
+    assert_eq!(summary["groups"].as_array().unwrap().len(), 1);
+    let group = &summary["groups"][0];
+    assert_eq!(
+        (group["first_death_queue"].as_str(), group["first_death_reason"].as_str()),
+        (Some("orders"), Some("rejected"))
+    );
+    assert_eq!(group["messages"], 5);
+    assert!(group["oldest"].as_u64().unwrap() <= group["newest"].as_u64().unwrap());
+    assert!(summary["effect"].as_str().unwrap().contains("none was consumed"));
+    let table = support::text(
+        &vhost.hopper(&["inspect", "--vhost", &vhost.name, "--queue", "orders.dlq", "--dead-letters"]).stdout,
+    );
+    assert!(table.contains("dead letters in orders.dlq (5 peeked"), "{table}");
+
+    // Nothing was consumed, and the order is the one they were parked in.
+    support::wait_for_count(&c, "orders.dlq", 5, Duration::from_secs(5)).await;
+    let drained = support::drain(&c, "orders.dlq").await;
+    let order: Vec<String> = drained.iter().map(|m| support::message_id(&m.delivery.properties)).collect();
+    assert_eq!(order, ids);
+    assert!(drained.iter().all(|m| m.delivery.redelivered), "a peek marks them redelivered, as the summary says");
+}
+
+#[tokio::test]
+async fn summary_consumes_nothing_classic_on_rabbitmq_3() {
+    summary_consumes_nothing(RABBITMQ_3, "classic").await;
+}
+
+#[tokio::test]
+async fn summary_consumes_nothing_quorum_on_rabbitmq_3() {
+    summary_consumes_nothing(RABBITMQ_3, "quorum").await;
+}
+
+#[tokio::test]
+async fn summary_consumes_nothing_classic_on_rabbitmq_4() {
+    summary_consumes_nothing(RABBITMQ_4, "classic").await;
+}
+
+#[tokio::test]
+async fn summary_consumes_nothing_quorum_on_rabbitmq_4() {
+    summary_consumes_nothing(RABBITMQ_4, "quorum").await;
+}
+
+/// A quorum queue with a low delivery limit: a peek could push messages over it. Refused.
+async fn peek_refused_where_it_could_lose(broker: Broker) {
+    let vhost = Vhost::new(broker, "inspect-refuse").await;
+    let c = vhost.connect().await;
+    let ch = c.create_channel().await.unwrap();
+    let args = crate::hazards::args(&[
+        ("x-queue-type", crate::hazards::Arg::Str("quorum")),
+        ("x-delivery-limit", crate::hazards::Arg::Int(2)),
+    ]);
+    crate::hazards::queue(&ch, "parked.dlq", args).await;
+    support::publish(&c, "", "parked.dlq", &["m".to_string()]).await;
+    let out = vhost.hopper(&["inspect", "--vhost", &vhost.name, "--queue", "parked.dlq", "--dead-letters"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = support::text(&out.stderr);
+    assert!(
+        stderr.contains("not peeking at `parked.dlq`: it is a quorum queue with a delivery limit of 2"),
+        "{stderr}"
+    );
+    assert_eq!(support::count(&c, "parked.dlq").await, Some(1));
+}
+
+#[tokio::test]
+async fn peek_refused_where_it_could_lose_on_rabbitmq_3() {
+    peek_refused_where_it_could_lose(RABBITMQ_3).await;
+}
+
+#[tokio::test]
+async fn peek_refused_where_it_could_lose_on_rabbitmq_4() {
+    peek_refused_where_it_could_lose(RABBITMQ_4).await;
+}
