@@ -48,12 +48,13 @@ quiet() { "$@" </dev/null >>"$LOG" 2>&1 9>&-; }
 
 [[ $(id -u) -eq 0 ]] || die "must run as root"
 mkdir -p "$(dirname "$LOG")"
-: >"$LOG"
 
-# One run at a time (two concurrent debootstraps into the same place would be a mess).
+# One run at a time (two concurrent debootstraps into the same place would be a mess). The log
+# is emptied only once we hold the lock, so a waiting run cannot wipe the running one's log.
 mkdir -p "$(dirname "$R4_ROOT")"
 exec 9>"$(dirname "$R4_ROOT")/.brokers.lock"
 flock -w 900 9 || die "another brokers.sh still holds $(dirname "$R4_ROOT")/.brokers.lock"
+: >"$LOG"
 
 http_code() { # port path
     curl -s -o /dev/null -w '%{http_code}' -u guest:guest --max-time 5 \
