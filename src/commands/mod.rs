@@ -125,8 +125,14 @@ pub(crate) async fn exact_counts(
     live: &mut crate::plan::Live,
     topologies: &[&crate::compile::CompiledTopology],
 ) -> Result<()> {
+    // Only left-overs: a queue the spec still has is never pruned, so its count does not matter.
+    let wanted: std::collections::BTreeSet<String> = crate::plan::desired(topologies)
+        .into_iter()
+        .filter_map(|o| if let crate::model::Object::Queue(q) = o { Some(q.name) } else { None })
+        .collect();
     for (name, queue) in live.queues.iter_mut() {
-        if topologies.iter().any(|t| crate::plan::left_over(&t.topology, name, queue).is_some())
+        if !wanted.contains(name)
+            && topologies.iter().any(|t| crate::plan::left_over(&t.topology, name, queue).is_some())
             && let Some((messages, consumers)) = session.queue_counts(name).await?
         {
             queue.messages = Some(messages.max(queue.messages.unwrap_or(0)));
