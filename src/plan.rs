@@ -136,6 +136,35 @@ pub struct Plan {
     pub vhost: String,
     pub steps: Vec<Step>,
     pub overrides: Vec<Override>,
+    /// Where producers publish: bindings from these let messages in, so they come last.
+    #[serde(skip)]
+    pub entry_exchanges: BTreeSet<String>,
+}
+
+/// The order in which a plan's changes may run, as groups of step indices; the steps of one
+/// group may run at once. Nothing lets a message in before everything downstream of it exists:
+/// 1. exchanges and queues (declaring a queue whose dead-letter exchange is not there yet is
+///    harmless: no message can reach the queue before step 3);
+/// 2. bindings between them;
+/// 3. bindings from the main exchanges, through which producers' messages enter;
+/// 4. bindings that moved, removed only once their replacements exist;
+/// 5. left-over queues, deleted last.
+pub fn phases(plan: &Plan) -> Vec<Vec<usize>> {
+    let mut phases = vec![Vec::new(); 5];
+    for (i, step) in plan.steps.iter().enumerate() {
+        let phase = match step {
+            Step::Create { object } | Step::Ensure { object } => match object {
+                Object::Exchange(_) | Object::Queue(_) => 0,
+                Object::Binding(b) if plan.entry_exchanges.contains(&b.source) => 2,
+                Object::Binding(_) => 1,
+            },
+            Step::Unbind { .. } => 3,
+            Step::Delete { .. } => 4,
+            Step::InSync { .. } | Step::Conflict { .. } | Step::Extra { .. } => continue,
+        };
+        phases[phase].push(i);
+    }
+    phases
 }
 
 impl Plan {
@@ -244,7 +273,8 @@ pub fn plan(vhost: &str, topologies: &[&CompiledTopology], live: &Live, prune: b
         .filter_map(|q| live.queues.get(&q.name).map(|l| (q, l)))
         .flat_map(|(q, l)| overrides(q, l))
         .collect();
-    Plan { vhost: vhost.to_string(), steps, overrides }
+    let entry_exchanges = topologies.iter().map(|t| t.topology.exchange.clone()).collect();
+    Plan { vhost: vhost.to_string(), steps, overrides, entry_exchanges }
 }
 
 fn overrides(q: &Queue, live: &LiveQueue) -> Vec<Override> {
@@ -775,6 +805,20 @@ mod tests {
         });
         let p = plan("/", &[&r[0]], &live, true);
         assert!(!p.has_changes(), "{:#?}", p.steps);
+    }
+
+    #[test]
+    fn entry_bindings_come_after_everything_they_feed() {
+        let c = compiled(ORDERS);
+        let p = plan("/", &[&c[0]], &Live { bindings: Some(BTreeSet::new()), ..Live::default() }, false);
+        let phases = phases(&p);
+        let names = |phase: usize| phases[phase].iter().map(|i| p.steps[*i].clone()).collect::<Vec<_>>();
+        assert!(names(0).iter().all(|s| matches!(s, Step::Create { object: Object::Exchange(_) | Object::Queue(_) })));
+        assert!(
+            names(2).iter().all(|s| matches!(s, Step::Create { object: Object::Binding(b) } if b.source == "orders"))
+        );
+        assert_eq!(names(2).len(), 1);
+        assert_eq!(phases.iter().map(Vec::len).sum::<usize>(), c[0].objects.len());
     }
 
     #[test]
