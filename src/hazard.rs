@@ -149,7 +149,13 @@ pub fn check(n: &Network) -> Vec<Finding> {
         let wait = is_wait_queue(n, name);
         let dlq = is_dead_letter_queue(n, name);
 
-        match n.dead_letter(name) {
+        let dead_letter = n.dead_letter(name);
+        if let DeadLetter::Routed { uncertain: true, .. } = &dead_letter
+            && dlrk.is_none()
+        {
+            carried_keys(n, name, &mut add);
+        }
+        match dead_letter {
             DeadLetter::ExchangeMissing { exchange, at_least_once } => add(
                 "dead-letter-exchange-missing",
                 format!(
@@ -302,6 +308,36 @@ pub fn check(n: &Network) -> Vec<Finding> {
     out
 }
 
+/// A queue with no dead-letter routing key passes its dead letters on with the key they came in
+/// with, which is known when the queue feeding it set one (notes §1.3: the key the previous hop
+/// assigned, not the publisher's): route each such key, as the broker will.
+fn carried_keys(n: &Network, name: &str, add: &mut impl FnMut(&str, String, Vec<String>)) {
+    for feeder in n.feeders(name) {
+        let Some(key) = n.text(&feeder, "dead-letter-routing-key") else { continue };
+        let came = format!("the routing key `{key}` that `{feeder}` gave them");
+        match n.dead_letter_carrying(name, Some(&key)) {
+            DeadLetter::Unroutable { exchange, at_least_once, .. } => add(
+                "dead-letters-unroutable",
+                format!(
+                    "dead letters of `{name}` keep {came}, which no binding of `{exchange}` matches: {}",
+                    if at_least_once { "they stay in the queue, retried forever" } else { "they are dropped" }
+                ),
+                vec![name.to_string(), exchange],
+            ),
+            DeadLetter::Routed { exchange, queues, .. } if queues.len() > 1 => add(
+                "dead-letters-fan-out",
+                format!(
+                    "dead letters of `{name}` keep {came}, and `{exchange}` copies them to {} queues: {}",
+                    queues.len(),
+                    queues.join(", ")
+                ),
+                [vec![name.to_string(), exchange], queues].concat(),
+            ),
+            _ => {}
+        }
+    }
+}
+
 /// A queue that holds messages for a TTL and then dead-letters them: from the spec's role, or on
 /// a live broker from its shape.
 pub fn is_wait_queue(n: &Network, name: &str) -> bool {
@@ -390,6 +426,18 @@ mod tests {
                 assert_eq!(findings, vec![], "{strategy} {queue_type}");
             }
         }
+    }
+
+    #[test]
+    fn a_routing_key_left_by_the_previous_hop_that_nothing_matches_is_unroutable() {
+        let findings = check(&crate::network::tests::loop_without_routing_key(None));
+        let rules: Vec<(&str, &[String])> = findings.iter().map(|f| (f.rule, f.objects.as_slice())).collect();
+        let (wait, orders) = ("wait".to_string(), "orders".to_string());
+        assert!(rules.contains(&("dead-letters-unroutable", &[wait.clone(), orders][..])), "{findings:#?}");
+        assert!(rules.contains(&("dead-letter-routing-key-missing", &[wait][..])), "{findings:#?}");
+        // An alternate exchange catches it: only the warning remains.
+        let findings = check(&crate::network::tests::loop_without_routing_key(Some("unrouted")));
+        assert_eq!(findings.iter().map(|f| f.rule).collect::<Vec<_>>(), ["dead-letter-routing-key-missing"]);
     }
 
     #[test]

@@ -92,7 +92,8 @@ pub enum DeadLetter {
     ExchangeMissing { exchange: String, at_least_once: bool },
     /// Nothing matches the routing key.
     Unroutable { exchange: String, routing_key: Option<String>, at_least_once: bool },
-    /// Delivered to these queues.
+    /// Delivered to these queues. `routing_key` is the key it is published with: the queue's
+    /// dead-letter routing key, or else the key it carried in when an earlier hop set it.
     Routed { exchange: String, routing_key: Option<String>, queues: Vec<String>, uncertain: bool },
 }
 
@@ -238,7 +239,7 @@ impl Network {
             routed.missing_exchange.get_or_insert_with(|| exchange.to_string());
             return;
         };
-        let mut matched = false;
+        let (mut matched, mut maybe) = (false, false);
         for r in self.routes.iter().filter(|r| r.source == exchange) {
             let hit = match e.kind.as_str() {
                 "fanout" => Some(true),
@@ -258,10 +259,18 @@ impl Network {
                     }
                 }
                 Some(false) => {}
-                None => routed.uncertain = true,
+                None => {
+                    routed.uncertain = true;
+                    maybe = true;
+                }
             }
         }
-        if !matched && let Some(alternate) = &e.alternate {
+        // The alternate exchange takes the message only when no binding matches: not known when
+        // one might.
+        if !matched
+            && !maybe
+            && let Some(alternate) = &e.alternate
+        {
             routed.via_alternate.get_or_insert_with(|| alternate.clone());
             self.route_into(alternate, key, routed, seen);
         }
@@ -307,10 +316,18 @@ impl Network {
         })
     }
 
-    /// What RabbitMQ does with one dead letter of `queue` for `reason`.
+    /// What RabbitMQ does with one dead letter of `queue`, whatever routing keys it carries.
     pub fn dead_letter(&self, queue: &str) -> DeadLetter {
+        self.dead_letter_carrying(queue, None)
+    }
+
+    /// What RabbitMQ does with one dead letter of `queue` that carries routing key `key` (set by
+    /// an earlier hop's dead-letter routing key; `None` when unknown). With no dead-letter
+    /// routing key of its own, the queue publishes it with the keys it has (`rabbit_dead_letter:
+    /// publish/5`), so that key decides where it goes.
+    pub fn dead_letter_carrying(&self, queue: &str, key: Option<&str>) -> DeadLetter {
         let Some(exchange) = self.text(queue, "dead-letter-exchange") else { return DeadLetter::Discarded };
-        let routing_key = self.text(queue, "dead-letter-routing-key");
+        let routing_key = self.text(queue, "dead-letter-routing-key").or_else(|| key.map(str::to_string));
         let at_least_once = self.at_least_once(queue);
         if !exchange.is_empty() && !self.exchanges.contains_key(&exchange) {
             return DeadLetter::ExchangeMissing { exchange, at_least_once };
@@ -337,14 +354,20 @@ impl Network {
 
     /// Where a message that dies in `queue` for `reason` goes, hop by hop, until it is consumed,
     /// held, or lost. Follows RabbitMQ's cycle rule: a message that comes back to a queue with no
-    /// rejection since it last left it is dropped.
+    /// rejection since it last left it is dropped. Tracks the routing key: once a hop sets a
+    /// dead-letter routing key, that is the message's only key until another hop sets one.
     pub fn path(&self, queue: &str, reason: Reason) -> Path {
         let mut hops = Vec::new();
         // (queue, reason) deaths so far, newest last, as x-death records them.
         let mut deaths: Vec<(String, Reason)> = Vec::new();
         let (mut current, mut reason) = (queue.to_string(), reason);
+        // The message's routing key, once known: the publisher's keys are not.
+        let mut key: Option<String> = None;
         loop {
-            let dead_letter = self.dead_letter(&current);
+            let dead_letter = self.dead_letter_carrying(&current, key.as_deref());
+            if let DeadLetter::Routed { routing_key, .. } = &dead_letter {
+                key.clone_from(routing_key);
+            }
             hops.push(Hop { queue: current.clone(), reason, dead_letter: dead_letter.clone() });
             deaths.push((current.clone(), reason));
             let target = match dead_letter {
@@ -473,6 +496,48 @@ impl Network {
     }
 }
 
+/// Networks built by hand, for unit tests: as a live vhost would read, without a spec's roles.
+#[cfg(test)]
+impl Network {
+    pub(crate) fn with_queue(mut self, name: &str, arguments: &[(&str, ArgValue)]) -> Network {
+        let arguments: Arguments = arguments.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+        let quorum = is(&arguments, "x-queue-type", "quorum");
+        let queue = Queue {
+            quorum,
+            durable: true,
+            auto_delete: false,
+            effective: policy::effective(quorum, &arguments, None, None),
+            arguments,
+            policy: None,
+            operator_policy: None,
+            ready: Some(0),
+            unacked: Some(0),
+            consumers: Some(0),
+            role: None,
+        };
+        self.queues.insert(name.to_string(), queue);
+        self
+    }
+
+    pub(crate) fn with_exchange(mut self, name: &str, kind: &str, alternate: Option<&str>) -> Network {
+        let alternate = alternate.map(str::to_string);
+        let exchange = Exchange { kind: kind.to_string(), durable: true, auto_delete: false, alternate };
+        self.exchanges.insert(name.to_string(), exchange);
+        self
+    }
+
+    pub(crate) fn with_binding(mut self, source: &str, queue: &str, routing_key: &str) -> Network {
+        self.routes.push(Route {
+            source: source.to_string(),
+            destination: queue.to_string(),
+            to_exchange: false,
+            routing_key: routing_key.to_string(),
+            arguments: Arguments::new(),
+        });
+        self
+    }
+}
+
 enum Next {
     Consumed,
     Held,
@@ -502,7 +567,7 @@ pub fn topic_matches(pattern: &str, key: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::compile::compile;
     use crate::spec;
@@ -550,5 +615,55 @@ mod tests {
         assert!(matches!(&p.end, End::Dropped { why } if why.contains("dead-letter cycle")), "{p:?}");
         // A rejection breaks the cycle rule: redelivered to consumers.
         assert_eq!(n.path("orders", Reason::Rejected).end, End::Consumed { queue: "orders".into() });
+    }
+
+    /// `orders` rejects through `retry` with key `wait` into `wait`, whose TTL sends it back to
+    /// the main exchange `orders` with no dead-letter routing key of its own.
+    pub(crate) fn loop_without_routing_key(alternate: Option<&str>) -> Network {
+        let s = |v: &str| ArgValue::Str(v.into());
+        let mut n = Network::default()
+            .with_exchange("orders", "direct", alternate)
+            .with_exchange("retry", "direct", None)
+            .with_queue("orders", &[("x-dead-letter-exchange", s("retry")), ("x-dead-letter-routing-key", s("wait"))])
+            .with_queue("wait", &[("x-message-ttl", ArgValue::Int(200)), ("x-dead-letter-exchange", s("orders"))])
+            .with_binding("orders", "orders", "order.created")
+            .with_binding("retry", "wait", "wait");
+        if let Some(ae) = alternate {
+            n = n.with_exchange(ae, "fanout", None).with_queue(ae, &[]).with_binding(ae, ae, "");
+        }
+        n
+    }
+
+    #[test]
+    fn a_dead_letter_keeps_the_routing_key_the_previous_hop_gave_it() {
+        // `wait` publishes it to `orders` with key `wait`, which only the alternate exchange takes.
+        let n = loop_without_routing_key(Some("unrouted"));
+        let p = n.path("orders", Reason::Rejected);
+        assert_eq!(p.end, End::Held { queue: "unrouted".into() });
+        assert_eq!(
+            p.hops[1].dead_letter,
+            DeadLetter::Routed {
+                exchange: "orders".into(),
+                routing_key: Some("wait".into()),
+                queues: vec!["unrouted".into()],
+                uncertain: false
+            }
+        );
+        // Without the alternate exchange it is dropped, and the reason names the key.
+        let p = loop_without_routing_key(None).path("orders", Reason::Rejected);
+        assert!(matches!(&p.end, End::Dropped { why } if why.contains("routing key `wait`")), "{p:?}");
+    }
+
+    #[test]
+    fn an_alternate_exchange_is_not_assumed_when_a_binding_might_match() {
+        // What reaches `wait` first is unknown here, so its key is: `order.created` would go to
+        // `orders`, anything else to `unrouted`.
+        let n = loop_without_routing_key(Some("unrouted"));
+        let routed = n.route("orders", None);
+        assert!(routed.uncertain && routed.queues.is_empty() && routed.via_alternate.is_none(), "{routed:?}");
+        assert!(matches!(n.path("wait", Reason::Expired).end, End::Unknown { .. }));
+        // With the key known, the alternate exchange takes what no binding matches.
+        assert_eq!(n.route("orders", Some("wait")).queues, BTreeSet::from(["unrouted".to_string()]));
+        assert_eq!(n.route("orders", Some("order.created")).queues, BTreeSet::from(["orders".to_string()]));
     }
 }

@@ -47,7 +47,17 @@ pub fn run(args: Args) -> Result<Exit> {
         let endpoint = args.broker.endpoint()?;
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         let live = runtime.block_on(http::read(&endpoint, &vhost))?;
-        vec![(vhost, Network::from_live(&live))]
+        let mut network = Network::from_live(&live);
+        // The broker's own exchanges say nothing about where messages go unless something uses
+        // them; the default exchange appears on dead-letter edges ("via default exchange").
+        let used: std::collections::BTreeSet<String> = network
+            .routes
+            .iter()
+            .flat_map(|r| [r.source.clone(), r.destination.clone()])
+            .chain(network.queues.keys().filter_map(|q| network.text(q, "dead-letter-exchange")))
+            .collect();
+        network.exchanges.retain(|name, _| !name.is_empty() && (!name.starts_with("amq.") || used.contains(name)));
+        vec![(vhost, network)]
     } else {
         let spec_args = super::SpecArgs { specs: args.specs.clone(), vhost: args.vhost.clone() };
         let spec = match SpecArgs::load(&spec_args)? {

@@ -248,7 +248,11 @@ fn queue_report(n: &Network, name: &str) -> QueueReport {
 
 fn render(r: &Report) -> String {
     let count = |n: Option<u64>| n.map_or("?".to_string(), |n| n.to_string());
-    let mut lines = vec![format!("vhost {} (RabbitMQ {})", r.vhost, r.version.as_deref().unwrap_or("version unknown"))];
+    let mut lines = vec![format!(
+        "vhost {} (RabbitMQ {}; message and consumer counts as the management API last sampled them, a few seconds old)",
+        r.vhost,
+        r.version.as_deref().unwrap_or("version unknown")
+    )];
     for q in &r.queues {
         lines.push(format!(
             "\nqueue {}  {}, {} ready, {} unacked, {} consumer(s)",

@@ -2,13 +2,17 @@
 //! RabbitMQ really drops, duplicates or strands a message there, then that `hopper inspect`
 //! reports it, with the rule and the objects. On RabbitMQ 3.10 and 4.0; differences are noted.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use futures_lite::StreamExt;
 use lapin::options::{
-    BasicGetOptions, BasicRejectOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
+    BasicAckOptions, BasicConsumeOptions, BasicGetOptions, BasicNackOptions, BasicPublishOptions, BasicRejectOptions,
+    ConfirmSelectOptions, ExchangeBindOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldTable};
-use lapin::{Channel, ExchangeKind};
+use lapin::{BasicProperties, Channel, ExchangeKind};
+use rabbitmq_http_client::commons::PolicyTarget;
+use rabbitmq_http_client::requests::PolicyParams;
 
 use crate::support::{self, Broker, RABBITMQ_3, RABBITMQ_4, Vhost};
 
@@ -179,7 +183,31 @@ macro_rules! on_both_brokers {
     };
 }
 
-on_both_brokers!(dead_letter_exchange_missing, dead_letters_unroutable, dead_letters_fan_out, dead_letter_cycle);
+on_both_brokers!(
+    dead_letter_exchange_missing,
+    dead_letters_unroutable,
+    dead_letters_fan_out,
+    dead_letter_cycle,
+    wait_queue_without_ttl,
+    wait_queue_with_consumers,
+    expires_on_retry_path,
+    drop_head_on_dead_letter_queue,
+    drop_head_on_wait_queue,
+    at_least_once_not_in_force,
+    routing_key_without_exchange,
+    unknown_argument,
+    delivery_limit_drops,
+    dead_letter_queue_not_terminal,
+    dead_letter_routing_key_missing,
+    a_routing_key_left_by_the_previous_hop_is_unroutable,
+    routes_through_a_topic_dead_letter_exchange,
+    routes_through_an_exchange_to_exchange_binding,
+    routes_to_the_alternate_exchange_of_the_dead_letter_exchange,
+    a_headers_dead_letter_exchange_is_uncertain,
+    inspect_one_queue_of_a_hand_built_vhost,
+    inspect_a_spec_restricts_to_its_queues,
+    graph_of_a_live_vhost,
+);
 
 /// A hopper topology on a live broker, with traffic: no hazard.
 async fn a_hopper_topology_has_no_hazard(broker: Broker) {
@@ -207,4 +235,744 @@ async fn a_hopper_topology_has_no_hazard_on_rabbitmq_3() {
 #[tokio::test]
 async fn a_hopper_topology_has_no_hazard_on_rabbitmq_4() {
     a_hopper_topology_has_no_hazard(RABBITMQ_4).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The remaining rules, one test each (two for drop-head), on both brokers: listed in
+// `on_both_brokers!` above. Helpers first.
+// ---------------------------------------------------------------------------------------------
+
+/// An exchange with arguments (an alternate exchange, say).
+async fn exchange_with(channel: &Channel, name: &str, kind: ExchangeKind, arguments: FieldTable) {
+    let options = ExchangeDeclareOptions { durable: true, ..Default::default() };
+    channel.exchange_declare(name.into(), kind, options, arguments).await.unwrap();
+}
+
+/// A binding with arguments (what a headers exchange matches on).
+async fn bind_with(channel: &Channel, queue: &str, exchange: &str, key: &str, arguments: FieldTable) {
+    channel
+        .queue_bind(queue.into(), exchange.into(), key.into(), QueueBindOptions::default(), arguments)
+        .await
+        .unwrap();
+}
+
+/// Publishes one message with these properties, confirmed and routed.
+async fn publish_props(connection: &lapin::Connection, exchange: &str, key: &str, properties: BasicProperties) {
+    let channel = connection.create_channel().await.unwrap();
+    channel.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
+    let confirm = channel
+        .basic_publish(
+            exchange.into(),
+            key.into(),
+            BasicPublishOptions { mandatory: true, ..Default::default() },
+            b"m",
+            properties,
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert!(matches!(confirm, lapin::Confirmation::Ack(None)), "publish not routed: {confirm:?}");
+}
+
+/// Takes one message from `queue` (waiting up to 5 s for it), unacked.
+async fn get_one(channel: &Channel, queue: &str) -> lapin::message::BasicGetMessage {
+    let start = Instant::now();
+    loop {
+        if let Some(m) = channel.basic_get(queue.into(), BasicGetOptions::default()).await.unwrap() {
+            return m;
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "nothing arrived in {queue}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// One GET on the management API, as JSON; `None` on 404. Plain HTTP/1.0 over a socket: the
+/// typed client leaves out fields these tests need (`messages_dlx`).
+fn management(broker: Broker, path: &str) -> Option<serde_json::Value> {
+    use std::io::{Read, Write};
+    let base = broker.management.strip_prefix("http://").unwrap();
+    let (authority, prefix) = base.split_once('/').unwrap();
+    let mut stream = std::net::TcpStream::connect(authority).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    // guest:guest
+    let request = format!(
+        "GET /{prefix}{path} HTTP/1.0\r\nHost: {authority}\r\nAuthorization: Basic Z3Vlc3Q6Z3Vlc3Q=\r\nAccept: application/json\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    let status = head.split_whitespace().nth(1).unwrap();
+    match status {
+        "200" => Some(serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))),
+        "404" => None,
+        other => panic!("GET {path}: {other}: {body}"),
+    }
+}
+
+/// A queue as the management API lists it; `None` once it is gone.
+fn queue_info(vhost: &Vhost, queue: &str) -> Option<serde_json::Value> {
+    management(vhost.broker, &format!("/queues/{}/{}", support::urlencode(&vhost.name), support::urlencode(queue)))
+}
+
+/// Waits until the management API's statistics (emitted every few seconds) satisfy `ok`.
+async fn wait_for_stats(vhost: &Vhost, queue: &str, what: &str, ok: impl Fn(&serde_json::Value) -> bool) {
+    let start = Instant::now();
+    loop {
+        let info = queue_info(vhost, queue).unwrap_or_else(|| panic!("{queue} is gone"));
+        if ok(&info) {
+            return;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "{queue}: never {what}: {info}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// `hopper inspect --format json` with extra arguments: (exit code, the reports).
+fn inspect_json(vhost: &Vhost, extra: &[&str]) -> (Option<i32>, serde_json::Value) {
+    let mut command = vec!["inspect", "--format", "json"];
+    command.extend_from_slice(extra);
+    let out = vhost.hopper(&command);
+    let reports = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", support::text(&out.stdout)));
+    (out.status.code(), reports)
+}
+
+/// Where inspect says a message rejected in `queue` goes (`queues[0].dead_letters.rejected`).
+fn rejected_path(vhost: &Vhost, queue: &str) -> serde_json::Value {
+    let (_, reports) = inspect_json(vhost, &["--vhost", &vhost.name, "--queue", queue]);
+    let queues = reports[0]["queues"].as_array().unwrap();
+    assert_eq!(queues.len(), 1, "--queue shows one queue: {reports}");
+    assert_eq!(queues[0]["name"], queue);
+    queues[0]["dead_letters"]["rejected"].clone()
+}
+
+fn hazards_of<'a>(hazards: &'a [(String, Vec<String>)], rule: &str) -> Vec<&'a Vec<String>> {
+    hazards.iter().filter(|(r, _)| r == rule).map(|(_, o)| o).collect()
+}
+
+/// A retry loop whose wait queue has no TTL: a rejected message waits there forever. Published
+/// with its own expiration, which dead-lettering removes, so not even that lets it out.
+async fn wait_queue_without_ttl(broker: Broker) {
+    let vhost = Vhost::new(broker, "hazard-no-ttl").await;
+    let c = vhost.connect().await;
+    let ch = c.create_channel().await.unwrap();
+    queue(&ch, "work", args(&[("x-dead-letter-exchange", Str("")), ("x-dead-letter-routing-key", Str("wait"))])).await;
+    queue(&ch, "wait", args(&[("x-dead-letter-exchange", Str("")), ("x-dead-letter-routing-key", Str("work"))])).await;
+    publish_props(&c, "", "work", support::rich_properties("m").with_expiration("400".into())).await;
+    reject_one(&ch, "work").await;
+    support::wait_for_count(&c, "wait", 1, Duration::from_secs(5)).await;
+    // Well past the message's own 400 ms: still there, and would be forever.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(support::count(&c, "wait").await, Some(1), "stranded in wait");
+    assert_eq!(support::count(&c, "work").await, Some(0), "never back in work");
+    let m = get_one(&ch, "wait").await;
+    assert_eq!(support::deaths(&m.properties), [("work".to_string(), "rejected".to_string())]);
+    assert_eq!(m.properties.expiration(), &None, "dead-lettering removed the message's expiration");
+    m.delivery.nack(BasicNackOptions { requeue: true, ..Default::default() }).await.unwrap();
+    support::wait_for_count(&c, "wait", 1, Duration::from_secs(5)).await;
+    assert_reported(&vhost, "wait-queue-without-ttl", &["wait"]);
+}
+
+/// A consumer on a wait queue takes the message long before its TTL; nothing is dead-lettered.
+async fn wait_queue_with_consumers(broker: Broker) {
+    let vhost = Vhost::new(broker, "hazard-wait-consumer").await;
+    let c = vhost.connect().await;
+    let ch = c.create_channel().await.unwrap();
+    queue(&ch, "work", FieldTable::default()).await;
+    queue(
+        &ch,
+        "wait",
+        args(&[
+            ("x-message-ttl", Int(5000)),
+            ("x-dead-letter-exchange", Str("")),
+            ("x-dead-letter-routing-key", Str("work")),
+        ]),
+    )
+    .await;
+    let consumer_channel = c.create_channel().await.unwrap();
+    let mut consumer = consumer_channel
+        .basic_consume("wait".into(), "impatient".into(), BasicConsumeOptions::default(), FieldTable::default())
+        .await
+        .unwrap();
+    support::publish(&c, "", "wait", &["m".to_string()]).await;
+    // Within 2 s, so well before the 5 s TTL.
+    let delivery = tokio::time::timeout(Duration::from_secs(2), consumer.next())
+        .await
+        .expect("the consumer of the wait queue gets the message before its TTL")
+        .unwrap()
+        .unwrap();
+    assert_eq!(support::message_id(&delivery.properties), "m");
+    assert_eq!(support::deaths(&delivery.properties), vec![], "not dead-lettered: taken early");
+    delivery.ack(BasicAckOptions::default()).await.unwrap();
+    assert_eq!(total(&c, &["wait", "work"]).await, 0, "nothing left to go to work after the delay");
+    // inspect counts consumers from the management API's statistics, emitted every 5 s.
+    wait_for_stats(&vhost, "wait", "shows its consumer", |q| q["consumers"] == 1).await;
+    assert_reported(&vhost, "wait-queue-with-consumers", &["wait"]);
+    drop(consumer);
+}
+
+/// A wait queue with x-expires shorter than its TTL: deleted with the message in it, which never
+/// reaches the work queue.
+async fn expires_on_retry_path(broker: Broker) {
+    let vhost = Vhost::new(broker, "hazard-expires").await;
+    let c = vhost.connect().await;
+    let ch = c.create_channel().await.unwrap();
+    let wait = |expires: i64| {
+        args(&[
+            ("x-message-ttl", Int(5000)),
+            ("x-expires", Int(expires)),
+            ("x-dead-letter-exchange", Str("")),
+            ("x-dead-letter-routing-key", Str("work")),
+        ])
+    };
+    queue(&ch, "work", FieldTable::default()).await;
+    queue(&ch, "wait", wait(1000)).await;
+    support::publish(&c, "", "wait", &["m".to_string()]).await;
+    // Watched through the management API: a passive declare would count as a use and keep the
+    // queue alive.
+    let start = Instant::now();
+    while queue_info(&vhost, "wait").is_some() {
+        assert!(start.elapsed() < Duration::from_secs(5), "wait never expired");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(support::count(&c, "wait").await, None, "the wait queue is gone, with its message");
+    assert_eq!(support::count(&c, "work").await, Some(0), "and the message was not dead-lettered to work");
+    // The same trap with a longer fuse, so that it is still there while inspect reads it.
+    queue(&ch, "wait", wait(60_000)).await;
+    assert_reported(&vhost, "expires-on-retry-path", &["wait"]);
+}
+
+/// A dead-letter queue with x-max-length 1 and the default drop-head: of two dead letters, the
+/// older is lost.
+async fn drop_head_on_dead_letter_queue(broker: Broker) {
+    let vhost = Vhost::new(broker, "hazard-dlq-drop-head").await;
+    let c = vhost.connect().await;
+    let ch = c.create_channel().await.unwrap();
+    queue(&ch, "orders.dlq", args(&[("x-max-length", Int(1))])).await;
+    queue(
+        &ch,
+        "orders",
+        args(&[("x-dead-letter-exchange", Str("")), ("x-dead-letter-routing-key", Str("orders.dlq"))]),
+    )
+    .await;
+    support::publish(&c, "", "orders", &["first".to_string(), "second".to_string()]).await;
+    reject_one(&ch, "orders").await;
+    reject_one(&ch, "orders").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let parked = support::drain(&c, "orders.dlq").await;
+    let ids: Vec<String> = parked.iter().map(|m| support::message_id(&m.properties)).collect();
+    assert_eq!(ids, ["second"], "the first dead letter was pushed out of the dead-letter queue and lost");
+    assert_eq!(support::count(&c, "orders").await, Some(0));
+    assert_reported(&vhost, "drop-head-on-wait-or-dead-letter-queue", &["orders.dlq"]);
+}
+
+/// A wait queue with x-max-length 1: the older message is dead-lettered at once (reason
+/// `maxlen`), long before its delay.
+async fn drop_head_on_wait_queue(broker: Broker) {
+    let vhost = Vhost::new(broker, "hazard-wait-drop-head").await;
+    let c = vhost.connect().await;
+    let ch = c.create_channel().await.unwrap();
+    queue(&ch, "work", FieldTable::default()).await;
+    queue(
+        &ch,
+        "wait",
+        args(&[
+            ("x-message-ttl", Int(10_000)),
+            ("x-max-length", Int(1)),
+            ("x-dead-letter-exchange", Str("")),
+            ("x-dead-letter-routing-key", Str("work")),
+        ]),
+    )
+    .await;
+    support::publish(&c, "", "wait", &["older".to_string(), "newer".to_string()]).await;
+    // Well before the 10 s delay.
+    support::wait_for_count(&c, "work", 1, Duration::from_secs(3)).await;
+    let early = support::drain(&c, "work").await;
+    assert_eq!(support::message_id(&early[0].properties), "older");
+    assert_eq!(support::deaths(&early[0].properties), [("wait".to_string(), "maxlen".to_string())]);
+    assert_eq!(support::count(&c, "wait").await, Some(1), "only the newer one waits");
+    assert_reported(&vhost, "drop-head-on-wait-or-dead-letter-queue", &["wait"]);
+}
+
+/// Quorum at-least-once with the default overflow (drop-head) is at most once: with its
+/// dead-letter exchange missing, the dead letter is dropped. With overflow reject-publish it is
+/// kept in the queue (`messages_dlx`), retried until a route exists.
+async fn at_least_once_not_in_force(broker: Broker) {
+    let vhost = Vhost::new(broker, "hazard-at-least-once").await;
+    let c = vhost.connect().await;
+    let ch = c.create_channel().await.unwrap();
+    let quorum = |overflow: Option<&'static str>| {
+        let mut pairs = vec![
+            ("x-queue-type", Str("quorum")),
+            ("x-dead-letter-strategy", Str("at-least-once")),
+            ("x-dead-letter-exchange", Str("missing")),
+        ];
+        pairs.extend(overflow.map(|o| ("x-overflow", Str(o))));
+        args(&pairs)
+    };
+    queue(&ch, "lossy", quorum(None)).await;
+    queue(&ch, "safe", quorum(Some("reject-publish"))).await;
+    for q in ["lossy", "safe"] {
+        support::publish(&c, "", q, &[format!("{q}-m")]).await;
+        reject_one(&ch, q).await;
+    }
+    // Neither has it ready any more; whether the broker still holds it is in `messages_dlx`,
+    // which the management API reports with its statistics. A quorum queue reports its first a
+    // tick (5 s) after it starts, long after these rejections: any figure seen is from after them.
+    assert_eq!(total(&c, &["lossy", "safe"]).await, 0);
+    wait_for_stats(&vhost, "safe", "holds its dead letter", |q| q["messages_dlx"] == 1).await;
+    wait_for_stats(&vhost, "lossy", "reports messages_dlx", |q| q["messages_dlx"].is_number()).await;
+    assert_eq!(queue_info(&vhost, "lossy").unwrap()["messages_dlx"], 0, "lossy dropped it: at most once");
+    assert_eq!(queue_info(&vhost, "safe").unwrap()["messages_dlx"], 1, "safe keeps it for retry");
+
+    assert_reported(&vhost, "at-least-once-not-in-force", &["lossy"]);
+    let (_, hazards) = inspect(&vhost);
+    assert_eq!(hazards_of(&hazards, "at-least-once-not-in-force"), [&vec!["lossy".to_string()]]);
+}
+
+/// A dead-letter routing key without a dead-letter exchange: refused as an argument; set by a
+/// policy on a quorum queue, dead-lettering is off and a rejected message is discarded (it does
+/// not go to the queue the key names).
+async fn routing_key_without_exchange(broker: Broker) {
+    let vhost = Vhost::new(broker, "hazard-dlrk-only").await;
+    let c = vhost.connect().await;
+    let ch = c.create_channel().await.unwrap();
+    let refused = c.create_channel().await.unwrap();
+    let e = refused
+        .queue_declare(
+            "refused".into(),
+            QueueDeclareOptions { durable: true, ..Default::default() },
+            args(&[("x-dead-letter-routing-key", Str("parked"))]),
+        )
+        .await
+        .expect_err("RabbitMQ refuses a dead-letter routing key without an exchange");
+    let message = e.to_string();
+    assert!(message.contains("PRECONDITION_FAILED") && message.contains("routing_key_but_no_dlx_defined"), "{e}");
+    assert!(matches!(e.kind(), lapin::ErrorKind::ProtocolError(amqp) if amqp.get_id() == 406), "{e:?}");
+    assert_eq!(support::count(&c, "refused").await, None);
+
+    let params = PolicyParams {
+        vhost: &vhost.name,
+        name: "dlrk-only",
+        pattern: "^work$",
+        apply_to: PolicyTarget::Queues,
+        priority: 10,
+        definition: serde_json::json!({"dead-letter-routing-key": "parked"}).as_object().unwrap().clone(),
+    };
+    hopper::broker::http::client(&support::endpoint(broker)).declare_policy(&params).await.unwrap();
+    queue(&ch, "parked", FieldTable::default()).await;
+    queue(&ch, "work", args(&[("x-queue-type", Str("quorum"))])).await;
+    support::publish(&c, "", "work", &["m".to_string()]).await;
+    reject_one(&ch, "work").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(total(&c, &["work", "parked"]).await, 0, "discarded, not dead-lettered to `parked`");
+    assert_reported(&vhost, "routing-key-without-exchange", &["work"]);
+}
+
+/// `overflow` without its `x-`: stored and ignored, so the queue drops the head instead of
+/// refusing publishes.
+async fn unknown_argument(broker: Broker) {
+    let vhost = Vhost::new(broker, "hazard-unknown-arg").await;
+    let c = vhost.connect().await;
+    let ch = c.create_channel().await.unwrap();
+    queue(&ch, "work", args(&[("overflow", Str("reject-publish")), ("x-max-length", Int(1))])).await;
+    // Both confirmed (reject-publish would have refused the second)...
+    support::publish(&c, "", "work", &["older".to_string(), "newer".to_string()]).await;
+    // ...and only the newest remains: drop-head.
+    let left = support::drain(&c, "work").await;
+    assert_eq!(left.iter().map(|m| support::message_id(&m.properties)).collect::<Vec<_>>(), ["newer"]);
+    assert_reported(&vhost, "unknown-argument", &["work"]);
+    let table = support::text(&vhost.hopper(&["inspect", "--vhost", &vhost.name]).stdout);
+    assert!(
+        table.contains("`work` has argument `overflow`") && table.contains("did you mean `x-overflow`?"),
+        "{table}"
+    );
+}
+
+/// Returns the message at the head of `queue` to it (nack, requeue) `times` times; whether it
+/// was still there each time.
+async fn requeue(channel: &Channel, queue: &str, times: usize) -> usize {
+    for i in 0..times {
+        let Some(m) = channel.basic_get(queue.into(), BasicGetOptions::default()).await.unwrap() else {
+            return i;
+        };
+        m.delivery.nack(BasicNackOptions { requeue: true, ..Default::default() }).await.unwrap();
+    }
+    times
+}
+
+/// A quorum queue with x-delivery-limit 1 and no dead-letter exchange: two returns and the
+/// message is gone.
+async fn delivery_limit_drops(broker: Broker) {
+    let vhost = Vhost::new(broker, "hazard-delivery-limit").await;
+    let c = vhost.connect().await;
+    let ch = c.create_channel().await.unwrap();
+    queue(&ch, "work", args(&[("x-queue-type", Str("quorum")), ("x-delivery-limit", Int(1))])).await;
+    support::publish(&c, "", "work", &["m".to_string()]).await;
+    assert_eq!(requeue(&ch, "work", 2).await, 2);
+    assert!(ch.basic_get("work".into(), BasicGetOptions::default()).await.unwrap().is_none(), "dropped");
+    assert_eq!(support::count(&c, "work").await, Some(0));
+    assert_reported(&vhost, "delivery-limit-drops", &["work"]);
+}
+
+/// A dead-letter queue with a TTL and no dead-letter exchange: the parked message expires.
+async fn dead_letter_queue_not_terminal(broker: Broker) {
+    let vhost = Vhost::new(broker, "hazard-dlq-ttl").await;
+    let c = vhost.connect().await;
+    let ch = c.create_channel().await.unwrap();
+    queue(&ch, "orders.dlq", args(&[("x-message-ttl", Int(200))])).await;
+    queue(
+        &ch,
+        "orders",
+        args(&[("x-dead-letter-exchange", Str("")), ("x-dead-letter-routing-key", Str("orders.dlq"))]),
+    )
+    .await;
+    support::publish(&c, "", "orders", &["m".to_string()]).await;
+    reject_one(&ch, "orders").await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(total(&c, &["orders", "orders.dlq"]).await, 0, "parked, then expired: gone");
+    assert_reported(&vhost, "dead-letter-queue-not-terminal", &["orders.dlq"]);
+}
+
+/// A wait queue with a TTL and a dead-letter exchange but no routing key: the message keeps the
+/// key the previous hop gave it (`wait`), not the one it was published with, and so misses the
+/// work queue's binding (an alternate exchange catches it here, to show the key).
+async fn dead_letter_routing_key_missing(broker: Broker) {
+    let vhost = Vhost::new(broker, "hazard-no-dlrk").await;
+    let c = vhost.connect().await;
+    let ch = c.create_channel().await.unwrap();
+    exchange(&ch, "unrouted", ExchangeKind::Fanout).await;
+    queue(&ch, "unrouted", FieldTable::default()).await;
+    bind(&ch, "unrouted", "unrouted", "").await;
+    exchange_with(&ch, "orders", ExchangeKind::Direct, args(&[("alternate-exchange", Str("unrouted"))])).await;
+    exchange(&ch, "retry", ExchangeKind::Direct).await;
+    queue(&ch, "orders", args(&[("x-dead-letter-exchange", Str("retry")), ("x-dead-letter-routing-key", Str("wait"))]))
+        .await;
+    bind(&ch, "orders", "orders", "order.created").await;
+    queue(&ch, "wait", args(&[("x-message-ttl", Int(200)), ("x-dead-letter-exchange", Str("orders"))])).await;
+    bind(&ch, "wait", "retry", "wait").await;
+
+    support::publish(&c, "orders", "order.created", &["m".to_string()]).await;
+    reject_one(&ch, "orders").await;
+    let m = get_one(&ch, "unrouted").await;
+    assert_eq!(m.delivery.routing_key.as_str(), "wait", "the key the previous hop set, not order.created");
+    assert_eq!(
+        support::deaths(&m.properties),
+        [("wait".to_string(), "expired".to_string()), ("orders".to_string(), "rejected".to_string())]
+    );
+    m.delivery.ack(BasicAckOptions::default()).await.unwrap();
+    assert_eq!(support::count(&c, "orders").await, Some(0), "never back in orders");
+    assert_reported(&vhost, "dead-letter-routing-key-missing", &["wait"]);
+    // inspect follows the key as the broker did: `wait` -> `orders` with `wait` -> `unrouted`.
+    let path = rejected_path(&vhost, "orders");
+    assert_eq!(path["hops"][1]["queue"], "wait", "{path}");
+    assert_eq!(path["hops"][1]["dead_letter"]["routing_key"], "wait", "{path}");
+    assert_path_ends_in(&serde_json::json!({"hops": [path["hops"][1]], "end": path["end"]}), "unrouted");
+    let (_, hazards) = inspect(&vhost);
+    assert_eq!(hazards, [("dead-letter-routing-key-missing".to_string(), vec!["wait".to_string()])]);
+}
+
+/// The same loop with no alternate exchange: the key `wait` matches nothing on the way back, so
+/// the retry is dropped. An error, not only the warning.
+async fn a_routing_key_left_by_the_previous_hop_is_unroutable(broker: Broker) {
+    let vhost = Vhost::new(broker, "hazard-carried-key").await;
+    let c = vhost.connect().await;
+    let ch = c.create_channel().await.unwrap();
+    exchange(&ch, "orders", ExchangeKind::Direct).await;
+    exchange(&ch, "retry", ExchangeKind::Direct).await;
+    queue(&ch, "orders", args(&[("x-dead-letter-exchange", Str("retry")), ("x-dead-letter-routing-key", Str("wait"))]))
+        .await;
+    bind(&ch, "orders", "orders", "order.created").await;
+    queue(&ch, "wait", args(&[("x-message-ttl", Int(200)), ("x-dead-letter-exchange", Str("orders"))])).await;
+    bind(&ch, "wait", "retry", "wait").await;
+    support::publish(&c, "orders", "order.created", &["m".to_string()]).await;
+    reject_one(&ch, "orders").await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(total(&c, &["orders", "wait"]).await, 0, "dropped on its way back");
+    assert_reported(&vhost, "dead-letters-unroutable", &["wait", "orders"]);
+    let path = rejected_path(&vhost, "orders");
+    assert_eq!(path["end"]["end"], "dropped", "{path}");
+    assert!(path["end"]["why"].as_str().unwrap().contains("routing key `wait`"), "{path}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Routing simulation: where the broker delivers a dead letter, and where inspect says it goes.
+// ---------------------------------------------------------------------------------------------
+
+/// `work` rejects into `dlx` with this routing key.
+async fn work_dead_lettering_to(ch: &Channel, dlx: &'static str, key: Option<&'static str>) {
+    let mut pairs = vec![("x-dead-letter-exchange", Str(dlx))];
+    pairs.extend(key.map(|k| ("x-dead-letter-routing-key", Str(k))));
+    queue(ch, "work", args(&pairs)).await;
+}
+
+fn assert_path_ends_in(path: &serde_json::Value, queue: &str) {
+    assert_eq!(path["hops"][0]["dead_letter"]["outcome"], "routed", "{path}");
+    assert_eq!(path["hops"][0]["dead_letter"]["queues"], serde_json::json!([queue]), "{path}");
+    assert_eq!(path["end"], serde_json::json!({"end": "held", "queue": queue}), "{path}");
+}
+
+/// A topic dead-letter exchange: the key matches one pattern of several.
+async fn routes_through_a_topic_dead_letter_exchange(broker: Broker) {
+    let vhost = Vhost::new(broker, "route-topic").await;
+    let c = vhost.connect().await;
+    let ch = c.create_channel().await.unwrap();
+    exchange(&ch, "dlx", ExchangeKind::Topic).await;
+    for (q, pattern) in [("eu", "order.*.eu"), ("us", "order.*.us"), ("created", "order.created")] {
+        queue(&ch, q, FieldTable::default()).await;
+        bind(&ch, q, "dlx", pattern).await;
+    }
+    work_dead_lettering_to(&ch, "dlx", Some("order.failed.eu")).await;
+    support::publish(&c, "", "work", &["m".to_string()]).await;
+    reject_one(&ch, "work").await;
+    support::wait_for_count(&c, "eu", 1, Duration::from_secs(5)).await;
+    assert_eq!(total(&c, &["us", "created", "work"]).await, 0);
+    assert_path_ends_in(&rejected_path(&vhost, "work"), "eu");
+}
+
+/// An exchange-to-exchange binding: the dead letter goes through `dlx` into `parking`.
+async fn routes_through_an_exchange_to_exchange_binding(broker: Broker) {
+    let vhost = Vhost::new(broker, "route-e2e").await;
+    let c = vhost.connect().await;
+    let ch = c.create_channel().await.unwrap();
+    exchange(&ch, "dlx", ExchangeKind::Direct).await;
+    exchange(&ch, "parking", ExchangeKind::Fanout).await;
+    ch.exchange_bind(
+        "parking".into(),
+        "dlx".into(),
+        "parked".into(),
+        ExchangeBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    queue(&ch, "parked", FieldTable::default()).await;
+    bind(&ch, "parked", "parking", "").await;
+    queue(&ch, "other", FieldTable::default()).await;
+    bind(&ch, "other", "dlx", "other").await;
+    work_dead_lettering_to(&ch, "dlx", Some("parked")).await;
+    support::publish(&c, "", "work", &["m".to_string()]).await;
+    reject_one(&ch, "work").await;
+    support::wait_for_count(&c, "parked", 1, Duration::from_secs(5)).await;
+    assert_eq!(total(&c, &["other", "work"]).await, 0);
+    assert_path_ends_in(&rejected_path(&vhost, "work"), "parked");
+}
+
+/// An alternate exchange on the dead-letter exchange catches a dead letter no binding matches.
+async fn routes_to_the_alternate_exchange_of_the_dead_letter_exchange(broker: Broker) {
+    let vhost = Vhost::new(broker, "route-ae").await;
+    let c = vhost.connect().await;
+    let ch = c.create_channel().await.unwrap();
+    exchange(&ch, "ae", ExchangeKind::Fanout).await;
+    queue(&ch, "unrouted", FieldTable::default()).await;
+    bind(&ch, "unrouted", "ae", "").await;
+    exchange_with(&ch, "dlx", ExchangeKind::Direct, args(&[("alternate-exchange", Str("ae"))])).await;
+    queue(&ch, "other", FieldTable::default()).await;
+    bind(&ch, "other", "dlx", "other").await;
+    work_dead_lettering_to(&ch, "dlx", Some("nobody")).await;
+    support::publish(&c, "", "work", &["m".to_string()]).await;
+    reject_one(&ch, "work").await;
+    support::wait_for_count(&c, "unrouted", 1, Duration::from_secs(5)).await;
+    assert_eq!(total(&c, &["other", "work"]).await, 0);
+    assert_path_ends_in(&rejected_path(&vhost, "work"), "unrouted");
+    let (code, hazards) = inspect(&vhost);
+    assert_eq!((code, hazards), (Some(0), vec![]), "caught by the alternate exchange: not unroutable");
+}
+
+/// A headers dead-letter exchange routes on the message's own headers: the broker delivers by
+/// them, and inspect says the route cannot be known rather than guessing (not even its
+/// alternate exchange, which takes only what no binding matches).
+async fn a_headers_dead_letter_exchange_is_uncertain(broker: Broker) {
+    let vhost = Vhost::new(broker, "route-headers").await;
+    let c = vhost.connect().await;
+    let ch = c.create_channel().await.unwrap();
+    exchange(&ch, "ae", ExchangeKind::Fanout).await;
+    queue(&ch, "unrouted", FieldTable::default()).await;
+    bind(&ch, "unrouted", "ae", "").await;
+    exchange_with(&ch, "dlx", ExchangeKind::Headers, args(&[("alternate-exchange", Str("ae"))])).await;
+    for kind in ["a", "b"] {
+        queue(&ch, kind, FieldTable::default()).await;
+        bind_with(&ch, kind, "dlx", "", args(&[("x-match", Str("all")), ("kind", Str(kind))])).await;
+    }
+    work_dead_lettering_to(&ch, "dlx", None).await;
+    let mut headers = FieldTable::default();
+    headers.insert("kind".into(), AMQPValue::LongString("b".into()));
+    publish_props(&c, "", "work", support::rich_properties("m").with_headers(headers)).await;
+    reject_one(&ch, "work").await;
+    support::wait_for_count(&c, "b", 1, Duration::from_secs(5)).await;
+    assert_eq!(total(&c, &["a", "unrouted", "work"]).await, 0);
+    let path = rejected_path(&vhost, "work");
+    assert_eq!(path["hops"][0]["dead_letter"]["uncertain"], true, "{path}");
+    assert_eq!(path["hops"][0]["dead_letter"]["queues"], serde_json::json!([]), "no invented target: {path}");
+    assert_eq!(path["end"]["end"], "unknown", "{path}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// What inspect looks at, and graph.
+// ---------------------------------------------------------------------------------------------
+
+/// `inspect --queue` on a queue hopper did not create: that queue only, and only its hazards.
+async fn inspect_one_queue_of_a_hand_built_vhost(broker: Broker) {
+    let vhost = Vhost::new(broker, "inspect-one").await;
+    let c = vhost.connect().await;
+    let ch = c.create_channel().await.unwrap();
+    queue(&ch, "parked", FieldTable::default()).await;
+    queue(&ch, "work", args(&[("x-dead-letter-exchange", Str("")), ("x-dead-letter-routing-key", Str("parked"))]))
+        .await;
+    // Another queue with a hazard of its own.
+    queue(&ch, "lost", args(&[("x-dead-letter-exchange", Str("nowhere"))])).await;
+    let (code, reports) = inspect_json(&vhost, &["--vhost", &vhost.name, "--queue", "work"]);
+    let names: Vec<&str> =
+        reports[0]["queues"].as_array().unwrap().iter().map(|q| q["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["work"]);
+    assert_eq!(reports[0]["hazards"], serde_json::json!([]), "the other queue's hazard is not shown");
+    assert_eq!(code, Some(0));
+    assert_path_ends_in(&reports[0]["queues"][0]["dead_letters"]["rejected"], "parked");
+    // The whole vhost has it.
+    let (code, hazards) = inspect(&vhost);
+    assert_eq!(code, Some(1));
+    assert_eq!(
+        hazards_of(&hazards, "dead-letter-exchange-missing"),
+        [&vec!["lost".to_string(), "nowhere".to_string()]]
+    );
+    let unknown = vhost.hopper(&["inspect", "--vhost", &vhost.name, "--queue", "absent"]);
+    assert_ne!(unknown.status.code(), Some(0));
+    assert!(
+        support::text(&unknown.stderr).contains("queue `absent` does not exist"),
+        "{}",
+        support::text(&unknown.stderr)
+    );
+}
+
+/// `inspect SPEC`: the spec's queues only; a hazardous queue beside them is not its business.
+async fn inspect_a_spec_restricts_to_its_queues(broker: Broker) {
+    let vhost = Vhost::new(broker, "inspect-spec").await;
+    let spec = vhost.spec("orders.toml", "[topology.orders]\ndelays = [\"1s\"]\nmax_attempts = 2\n");
+    let spec = spec.to_str().unwrap();
+    assert_eq!(vhost.hopper(&["apply", spec]).status.code(), Some(0));
+    let c = vhost.connect().await;
+    let ch = c.create_channel().await.unwrap();
+    queue(&ch, "stray", args(&[("x-dead-letter-exchange", Str("nowhere"))])).await;
+    let (code, reports) = inspect_json(&vhost, &[spec]);
+    let names: Vec<&str> =
+        reports[0]["queues"].as_array().unwrap().iter().map(|q| q["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["orders", "orders.dlq", "orders.wait-1s"]);
+    assert_eq!(reports[0]["vhost"], vhost.name.as_str());
+    assert_eq!((code, &reports[0]["hazards"]), (Some(0), &serde_json::json!([])));
+    let (code, hazards) = inspect(&vhost);
+    assert_eq!(code, Some(1), "the whole vhost has the stray queue's hazard: {hazards:?}");
+    assert_eq!(
+        hazards_of(&hazards, "dead-letter-exchange-missing"),
+        [&vec!["stray".to_string(), "nowhere".to_string()]]
+    );
+}
+
+/// A graph node's id, as `hopper graph` writes it.
+fn node(kind: &str, vhost: &str, name: &str) -> String {
+    let safe: String =
+        format!("{vhost}/{name}").chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+    format!("{kind}_{safe}")
+}
+
+/// DOT: bindings solid, dead-letter routes dashed and red; Mermaid: `-->|key|` and `-.`.
+fn assert_graph(vhost: &str, dot: &str, mermaid: &str, binding: (&str, &str, &str), dead_letter: (&str, &str)) {
+    let (exchange, queue, key) = binding;
+    let solid = format!("  {} -> {} [label=\"{key}\"];", node("x", vhost, exchange), node("q", vhost, queue));
+    assert!(dot.lines().any(|l| l == solid), "no solid binding edge `{solid}` in\n{dot}");
+    let (from, to) = dead_letter;
+    let dashed = format!("  {} -> {} [style=dashed, color=red", node("q", vhost, from), node("q", vhost, to));
+    assert!(dot.lines().any(|l| l.starts_with(&dashed)), "no dashed dead-letter edge `{dashed}` in\n{dot}");
+    assert!(dot.lines().filter(|l| l.contains("style=dashed")).all(|l| l.contains("dead-letter:")), "{dot}");
+
+    let arrow = format!("  {} -->|{key}| {}", node("x", vhost, exchange), node("q", vhost, queue));
+    assert!(mermaid.lines().any(|l| l == arrow), "no binding `{arrow}` in\n{mermaid}");
+    let (start, end) =
+        (format!("  {} -. \"dead-letter: ", node("q", vhost, from)), format!("\" .-> {}", node("q", vhost, to)));
+    assert!(
+        mermaid.lines().any(|l| l.starts_with(&start) && l.ends_with(&end)),
+        "no dead-letter edge {start}...{end} in\n{mermaid}"
+    );
+}
+
+#[test]
+fn graph_of_a_spec() {
+    let dir = std::env::temp_dir().join(format!("hopper-graph-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let spec = dir.join("orders.toml");
+    std::fs::write(&spec, "[topology.orders]\ndelays = [\"1s\"]\nmax_attempts = 2\n").unwrap();
+    let graph = |style: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_hopper"))
+            .args(["graph", "--style", style, spec.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", support::text(&out.stderr));
+        support::text(&out.stdout)
+    };
+    let (dot, mermaid) = (graph("dot"), graph("mermaid"));
+    let _ = std::fs::remove_dir_all(&dir);
+    // The main exchange binds the main queue; the wait queue dead-letters back into it, the main
+    // queue into the dead-letter queue (through the dlx, bound solid).
+    assert_graph("/", &dot, &mermaid, ("orders", "orders", "orders"), ("orders.wait-1s", "orders"));
+    assert_graph("/", &dot, &mermaid, ("orders.dlx", "orders.dlq", "orders.dlq"), ("orders", "orders.dlq"));
+    let wait_edge = dot.lines().find(|l| l.starts_with("  q___orders_wait_1s -> q___orders ")).unwrap();
+    assert!(wait_edge.contains("expired") && wait_edge.contains("via default exchange \\\"orders\\\""), "{wait_edge}");
+}
+
+/// `graph --live` on a vhost built by hand.
+async fn graph_of_a_live_vhost(broker: Broker) {
+    let vhost = Vhost::new(broker, "graph-live").await;
+    let c = vhost.connect().await;
+    let ch = c.create_channel().await.unwrap();
+    exchange(&ch, "main", ExchangeKind::Direct).await;
+    exchange(&ch, "dlx", ExchangeKind::Direct).await;
+    queue(&ch, "parked", FieldTable::default()).await;
+    bind(&ch, "parked", "dlx", "parked").await;
+    queue(&ch, "work", args(&[("x-dead-letter-exchange", Str("dlx")), ("x-dead-letter-routing-key", Str("parked"))]))
+        .await;
+    bind(&ch, "work", "main", "job").await;
+    let graph = |style: &str| {
+        let out = vhost.hopper(&["graph", "--live", "--vhost", &vhost.name, "--style", style]);
+        assert_eq!(out.status.code(), Some(0));
+        support::text(&out.stdout)
+    };
+    let (dot, mermaid) = (graph("dot"), graph("mermaid"));
+    assert_graph(&vhost.name, &dot, &mermaid, ("main", "work", "job"), ("work", "parked"));
+    assert_graph(&vhost.name, &dot, &mermaid, ("dlx", "parked", "parked"), ("work", "parked"));
+}
+
+/// A quorum queue with no delivery limit and no dead-letter exchange. RabbitMQ 4 applies its
+/// default of 20: the 21st return drops the message, and inspect says so.
+#[tokio::test]
+async fn the_default_delivery_limit_drops_on_rabbitmq_4() {
+    let vhost = Vhost::new(RABBITMQ_4, "hazard-default-limit").await;
+    let c = vhost.connect().await;
+    let ch = c.create_channel().await.unwrap();
+    queue(&ch, "work", args(&[("x-queue-type", Str("quorum"))])).await;
+    support::publish(&c, "", "work", &["m".to_string()]).await;
+    assert_eq!(requeue(&ch, "work", 20).await, 20);
+    // Still there after 20 returns (counted once the last return is applied).
+    support::wait_for_count(&c, "work", 1, Duration::from_secs(5)).await;
+    assert_eq!(requeue(&ch, "work", 1).await, 1);
+    assert!(ch.basic_get("work".into(), BasicGetOptions::default()).await.unwrap().is_none(), "dropped at the 21st");
+    assert_eq!(support::count(&c, "work").await, Some(0));
+    assert_reported(&vhost, "delivery-limit-drops", &["work"]);
+    let table = support::text(&vhost.hopper(&["inspect", "--vhost", &vhost.name]).stdout);
+    assert!(table.contains("more than 20 time(s) (RabbitMQ 4's default)"), "{table}");
+}
+
+/// The same queue on RabbitMQ 3.10, which has no default delivery limit: the message survives
+/// any number of returns, and inspect reports nothing.
+#[tokio::test]
+async fn no_default_delivery_limit_on_rabbitmq_3() {
+    let vhost = Vhost::new(RABBITMQ_3, "hazard-no-default-limit").await;
+    let c = vhost.connect().await;
+    let ch = c.create_channel().await.unwrap();
+    queue(&ch, "work", args(&[("x-queue-type", Str("quorum"))])).await;
+    support::publish(&c, "", "work", &["m".to_string()]).await;
+    assert_eq!(requeue(&ch, "work", 25).await, 25);
+    // Still there after 25 returns (counted once the last return is applied).
+    support::wait_for_count(&c, "work", 1, Duration::from_secs(5)).await;
+    let (code, hazards) = inspect(&vhost);
+    assert_eq!((code, hazards), (Some(0), vec![]));
 }
