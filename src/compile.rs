@@ -175,9 +175,7 @@ mod tests {
     use crate::spec;
 
     fn topology(toml: &str) -> Topology {
-        let spec = spec::from_str("t.toml", toml).unwrap_or_else(|e| panic!("{}", e.render_plain()));
-        assert_eq!(spec.topologies.len(), 1, "one topology per test spec");
-        spec.topologies[0].clone()
+        spec::one(toml)
     }
 
     fn compiled(toml: &str) -> CompiledTopology {

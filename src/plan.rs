@@ -307,7 +307,7 @@ fn refuse_blind_moves(topologies: &[&CompiledTopology], live: &Live, steps: &mut
     for step in steps.iter_mut() {
         let Step::Create { object: Object::Queue(q) } = step else { continue };
         let Role::Wait { hops, .. } = &q.role else { continue };
-        let Some(t) = topologies.iter().map(|t| &t.topology).find(|t| q.name.starts_with(t.queue.as_str())) else {
+        let Some(t) = topologies.iter().map(|t| &t.topology).find(|t| t.owns_queue(&q.name)) else {
             continue;
         };
         if !live.exchanges.contains_key(&t.retry_exchange) {
@@ -541,13 +541,7 @@ impl Context<'_> {
             };
             ways.push(way);
         }
-        let (key, base) = match (
-            &q.role,
-            self.topologies
-                .iter()
-                .map(|t| &t.topology)
-                .find(|t| q.name.starts_with(t.queue.as_str()) || t.dead_letter_queue == q.name),
-        ) {
+        let (key, base) = match (&q.role, self.topologies.iter().map(|t| &t.topology).find(|t| t.owns_queue(&q.name))) {
             (Role::DeadLetter, Some(t)) => (Some("dead_letter_queue"), t.dead_letter_queue.clone()),
             (Role::Work { .. }, Some(t)) => (Some("queue"), t.queue.clone()),
             _ => (None, q.name.clone()),
@@ -805,6 +799,20 @@ mod tests {
         });
         let p = plan("/", &[&r[0]], &live, true);
         assert!(!p.has_changes(), "{:#?}", p.steps);
+    }
+
+    #[test]
+    fn a_queue_belongs_to_its_topology_by_exact_name_not_prefix() {
+        let c = compiled("[topology.orders]\ndelays = [\"5s\"]\n\n[topology.orders2]\ndelays = [\"5s\"]\n");
+        let (orders, orders2) = (&c[0].topology, &c[1].topology);
+        assert!(orders.owns_queue("orders.wait-9s") && orders.owns_queue("orders.dlq"));
+        assert!(!orders.owns_queue("orders2.wait-5s") && orders2.owns_queue("orders2.wait-5s"));
+        // Without the management API, a new wait queue of `orders2` is judged by `orders2`'s
+        // retry exchange, not by `orders`'s.
+        let mut live = live_from(&c[0].objects);
+        live.bindings = None;
+        let p = plan("/", &[&c[0], &c[1]], &live, false);
+        assert!(p.conflicts().next().is_none(), "{:#?}", p.steps);
     }
 
     #[test]

@@ -134,6 +134,14 @@ pub fn from_sources(sources: Sources, vhost_override: Option<&str>) -> Result<Sp
     if diagnostics.is_empty() { Ok(Spec { topologies }) } else { Err(SpecError { sources, diagnostics }) }
 }
 
+/// The one topology of a test spec; panics with the rendered diagnostics otherwise.
+#[cfg(test)]
+pub(crate) fn one(toml: &str) -> Topology {
+    let spec = from_str("t.toml", toml).unwrap_or_else(|e| panic!("{}", e.render_plain()));
+    assert_eq!(spec.topologies.len(), 1, "one topology per test spec");
+    spec.topologies[0].clone()
+}
+
 /// Parses one TOML text, for tests and for `-` style callers.
 pub fn from_str(name: &str, text: &str) -> Result<Spec, SpecError> {
     let mut sources = Sources::default();
@@ -198,6 +206,13 @@ impl Topology {
             (Strategy::Chain, 2..) => format!("{}.attempt-{attempt}", self.queue),
             _ => self.queue.clone(),
         }
+    }
+
+    /// Whether `name` is one of this topology's queues, under the current spec or an earlier one:
+    /// the main or dead-letter queue, or a name its strategy generates. Exact, not a prefix:
+    /// `orders2.wait-5s` is not `orders`'s.
+    pub fn owns_queue(&self, name: &str) -> bool {
+        name == self.queue || name == self.dead_letter_queue || self.generated_name(name).is_some()
     }
 
     /// Whether `name` is a name this topology's strategy generates for some delay, hop or

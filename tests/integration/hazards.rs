@@ -54,6 +54,20 @@ pub async fn bind(channel: &Channel, queue: &str, exchange: &str, key: &str) {
         .unwrap();
 }
 
+/// A vhost of its own for one trap, with a connection and a channel in it.
+pub async fn trap(broker: Broker, name: &str) -> (Vhost, lapin::Connection, Channel) {
+    let vhost = Vhost::new(broker, name).await;
+    let connection = vhost.connect().await;
+    let channel = connection.create_channel().await.unwrap();
+    (vhost, connection, channel)
+}
+
+/// `orders`, whose rejected messages dead-letter into `orders.dlq` through the default exchange.
+pub async fn feeds_dead_letter_queue(channel: &Channel) {
+    let to_dlq = args(&[("x-dead-letter-exchange", Str("")), ("x-dead-letter-routing-key", Str("orders.dlq"))]);
+    queue(channel, "orders", to_dlq).await;
+}
+
 /// Takes one message from `queue` and rejects it without requeue: the broker dead-letters it.
 pub async fn reject_one(channel: &Channel, queue: &str) {
     let start = std::time::Instant::now();
@@ -107,9 +121,7 @@ pub fn assert_reported(vhost: &Vhost, rule: &str, objects: &[&str]) {
 
 /// The dead-letter exchange does not exist: the rejected message is gone.
 async fn dead_letter_exchange_missing(broker: Broker) {
-    let vhost = Vhost::new(broker, "hazard-dlx-missing").await;
-    let c = vhost.connect().await;
-    let ch = c.create_channel().await.unwrap();
+    let (vhost, c, ch) = trap(broker, "hazard-dlx-missing").await;
     queue(&ch, "work", args(&[("x-dead-letter-exchange", Str("nowhere")), ("x-dead-letter-routing-key", Str("x"))]))
         .await;
     support::publish(&c, "", "work", &["m".to_string()]).await;
@@ -121,9 +133,7 @@ async fn dead_letter_exchange_missing(broker: Broker) {
 
 /// The dead-letter routing key matches no binding: dropped.
 async fn dead_letters_unroutable(broker: Broker) {
-    let vhost = Vhost::new(broker, "hazard-unroutable").await;
-    let c = vhost.connect().await;
-    let ch = c.create_channel().await.unwrap();
+    let (vhost, c, ch) = trap(broker, "hazard-unroutable").await;
     exchange(&ch, "dlx", ExchangeKind::Direct).await;
     queue(&ch, "parking", FieldTable::default()).await;
     bind(&ch, "parking", "dlx", "parking").await;
@@ -138,9 +148,7 @@ async fn dead_letters_unroutable(broker: Broker) {
 
 /// A fanout dead-letter exchange with two queues: one failure, two copies.
 async fn dead_letters_fan_out(broker: Broker) {
-    let vhost = Vhost::new(broker, "hazard-fan-out").await;
-    let c = vhost.connect().await;
-    let ch = c.create_channel().await.unwrap();
+    let (vhost, c, ch) = trap(broker, "hazard-fan-out").await;
     exchange(&ch, "events", ExchangeKind::Fanout).await;
     queue(&ch, "billing", FieldTable::default()).await;
     queue(&ch, "audit", FieldTable::default()).await;
@@ -158,9 +166,7 @@ async fn dead_letters_fan_out(broker: Broker) {
 
 /// Two queues dead-lettering into each other by TTL: the message is dropped as a cycle.
 async fn dead_letter_cycle(broker: Broker) {
-    let vhost = Vhost::new(broker, "hazard-cycle").await;
-    let c = vhost.connect().await;
-    let ch = c.create_channel().await.unwrap();
+    let (vhost, c, ch) = trap(broker, "hazard-cycle").await;
     let loop_to = |target: &'static str| {
         args(&[
             ("x-message-ttl", Int(200)),
@@ -354,9 +360,7 @@ fn hazards_of<'a>(hazards: &'a [(String, Vec<String>)], rule: &str) -> Vec<&'a V
 /// A retry loop whose wait queue has no TTL: a rejected message waits there forever. Published
 /// with its own expiration, which dead-lettering removes, so not even that lets it out.
 async fn wait_queue_without_ttl(broker: Broker) {
-    let vhost = Vhost::new(broker, "hazard-no-ttl").await;
-    let c = vhost.connect().await;
-    let ch = c.create_channel().await.unwrap();
+    let (vhost, c, ch) = trap(broker, "hazard-no-ttl").await;
     queue(&ch, "work", args(&[("x-dead-letter-exchange", Str("")), ("x-dead-letter-routing-key", Str("wait"))])).await;
     queue(&ch, "wait", args(&[("x-dead-letter-exchange", Str("")), ("x-dead-letter-routing-key", Str("work"))])).await;
     publish_props(&c, "", "work", support::rich_properties("m").with_expiration("400".into())).await;
@@ -376,9 +380,7 @@ async fn wait_queue_without_ttl(broker: Broker) {
 
 /// A consumer on a wait queue takes the message long before its TTL; nothing is dead-lettered.
 async fn wait_queue_with_consumers(broker: Broker) {
-    let vhost = Vhost::new(broker, "hazard-wait-consumer").await;
-    let c = vhost.connect().await;
-    let ch = c.create_channel().await.unwrap();
+    let (vhost, c, ch) = trap(broker, "hazard-wait-consumer").await;
     queue(&ch, "work", FieldTable::default()).await;
     queue(
         &ch,
@@ -415,9 +417,7 @@ async fn wait_queue_with_consumers(broker: Broker) {
 /// A wait queue with x-expires shorter than its TTL: deleted with the message in it, which never
 /// reaches the work queue.
 async fn expires_on_retry_path(broker: Broker) {
-    let vhost = Vhost::new(broker, "hazard-expires").await;
-    let c = vhost.connect().await;
-    let ch = c.create_channel().await.unwrap();
+    let (vhost, c, ch) = trap(broker, "hazard-expires").await;
     let wait = |expires: i64| {
         args(&[
             ("x-message-ttl", Int(5000)),
@@ -446,16 +446,9 @@ async fn expires_on_retry_path(broker: Broker) {
 /// A dead-letter queue with x-max-length 1 and the default drop-head: of two dead letters, the
 /// older is lost.
 async fn drop_head_on_dead_letter_queue(broker: Broker) {
-    let vhost = Vhost::new(broker, "hazard-dlq-drop-head").await;
-    let c = vhost.connect().await;
-    let ch = c.create_channel().await.unwrap();
+    let (vhost, c, ch) = trap(broker, "hazard-dlq-drop-head").await;
     queue(&ch, "orders.dlq", args(&[("x-max-length", Int(1))])).await;
-    queue(
-        &ch,
-        "orders",
-        args(&[("x-dead-letter-exchange", Str("")), ("x-dead-letter-routing-key", Str("orders.dlq"))]),
-    )
-    .await;
+    feeds_dead_letter_queue(&ch).await;
     support::publish(&c, "", "orders", &["first".to_string(), "second".to_string()]).await;
     reject_one(&ch, "orders").await;
     reject_one(&ch, "orders").await;
@@ -470,9 +463,7 @@ async fn drop_head_on_dead_letter_queue(broker: Broker) {
 /// A wait queue with x-max-length 1: the older message is dead-lettered at once (reason
 /// `maxlen`), long before its delay.
 async fn drop_head_on_wait_queue(broker: Broker) {
-    let vhost = Vhost::new(broker, "hazard-wait-drop-head").await;
-    let c = vhost.connect().await;
-    let ch = c.create_channel().await.unwrap();
+    let (vhost, c, ch) = trap(broker, "hazard-wait-drop-head").await;
     queue(&ch, "work", FieldTable::default()).await;
     queue(
         &ch,
@@ -499,9 +490,7 @@ async fn drop_head_on_wait_queue(broker: Broker) {
 /// dead-letter exchange missing, the dead letter is dropped. With overflow reject-publish it is
 /// kept in the queue (`messages_dlx`), retried until a route exists.
 async fn at_least_once_not_in_force(broker: Broker) {
-    let vhost = Vhost::new(broker, "hazard-at-least-once").await;
-    let c = vhost.connect().await;
-    let ch = c.create_channel().await.unwrap();
+    let (vhost, c, ch) = trap(broker, "hazard-at-least-once").await;
     let quorum = |overflow: Option<&'static str>| {
         let mut pairs = vec![
             ("x-queue-type", Str("quorum")),
@@ -535,9 +524,7 @@ async fn at_least_once_not_in_force(broker: Broker) {
 /// policy on a quorum queue, dead-lettering is off and a rejected message is discarded (it does
 /// not go to the queue the key names).
 async fn routing_key_without_exchange(broker: Broker) {
-    let vhost = Vhost::new(broker, "hazard-dlrk-only").await;
-    let c = vhost.connect().await;
-    let ch = c.create_channel().await.unwrap();
+    let (vhost, c, ch) = trap(broker, "hazard-dlrk-only").await;
     let refused = c.create_channel().await.unwrap();
     let e = refused
         .queue_declare(
@@ -573,9 +560,7 @@ async fn routing_key_without_exchange(broker: Broker) {
 /// `overflow` without its `x-`: stored and ignored, so the queue drops the head instead of
 /// refusing publishes.
 async fn unknown_argument(broker: Broker) {
-    let vhost = Vhost::new(broker, "hazard-unknown-arg").await;
-    let c = vhost.connect().await;
-    let ch = c.create_channel().await.unwrap();
+    let (vhost, c, ch) = trap(broker, "hazard-unknown-arg").await;
     queue(&ch, "work", args(&[("overflow", Str("reject-publish")), ("x-max-length", Int(1))])).await;
     // Both confirmed (reject-publish would have refused the second)...
     support::publish(&c, "", "work", &["older".to_string(), "newer".to_string()]).await;
@@ -605,9 +590,7 @@ async fn requeue(channel: &Channel, queue: &str, times: usize) -> usize {
 /// A quorum queue with x-delivery-limit 1 and no dead-letter exchange: two returns and the
 /// message is gone.
 async fn delivery_limit_drops(broker: Broker) {
-    let vhost = Vhost::new(broker, "hazard-delivery-limit").await;
-    let c = vhost.connect().await;
-    let ch = c.create_channel().await.unwrap();
+    let (vhost, c, ch) = trap(broker, "hazard-delivery-limit").await;
     queue(&ch, "work", args(&[("x-queue-type", Str("quorum")), ("x-delivery-limit", Int(1))])).await;
     support::publish(&c, "", "work", &["m".to_string()]).await;
     assert_eq!(requeue(&ch, "work", 2).await, 2);
@@ -618,16 +601,9 @@ async fn delivery_limit_drops(broker: Broker) {
 
 /// A dead-letter queue with a TTL and no dead-letter exchange: the parked message expires.
 async fn dead_letter_queue_not_terminal(broker: Broker) {
-    let vhost = Vhost::new(broker, "hazard-dlq-ttl").await;
-    let c = vhost.connect().await;
-    let ch = c.create_channel().await.unwrap();
+    let (vhost, c, ch) = trap(broker, "hazard-dlq-ttl").await;
     queue(&ch, "orders.dlq", args(&[("x-message-ttl", Int(200))])).await;
-    queue(
-        &ch,
-        "orders",
-        args(&[("x-dead-letter-exchange", Str("")), ("x-dead-letter-routing-key", Str("orders.dlq"))]),
-    )
-    .await;
+    feeds_dead_letter_queue(&ch).await;
     support::publish(&c, "", "orders", &["m".to_string()]).await;
     reject_one(&ch, "orders").await;
     tokio::time::sleep(Duration::from_millis(800)).await;
@@ -639,9 +615,7 @@ async fn dead_letter_queue_not_terminal(broker: Broker) {
 /// key the previous hop gave it (`wait`), not the one it was published with, and so misses the
 /// work queue's binding (an alternate exchange catches it here, to show the key).
 async fn dead_letter_routing_key_missing(broker: Broker) {
-    let vhost = Vhost::new(broker, "hazard-no-dlrk").await;
-    let c = vhost.connect().await;
-    let ch = c.create_channel().await.unwrap();
+    let (vhost, c, ch) = trap(broker, "hazard-no-dlrk").await;
     exchange(&ch, "unrouted", ExchangeKind::Fanout).await;
     queue(&ch, "unrouted", FieldTable::default()).await;
     bind(&ch, "unrouted", "unrouted", "").await;
@@ -676,9 +650,7 @@ async fn dead_letter_routing_key_missing(broker: Broker) {
 /// The same loop with no alternate exchange: the key `wait` matches nothing on the way back, so
 /// the retry is dropped. An error, not only the warning.
 async fn a_routing_key_left_by_the_previous_hop_is_unroutable(broker: Broker) {
-    let vhost = Vhost::new(broker, "hazard-carried-key").await;
-    let c = vhost.connect().await;
-    let ch = c.create_channel().await.unwrap();
+    let (vhost, c, ch) = trap(broker, "hazard-carried-key").await;
     exchange(&ch, "orders", ExchangeKind::Direct).await;
     exchange(&ch, "retry", ExchangeKind::Direct).await;
     queue(&ch, "orders", args(&[("x-dead-letter-exchange", Str("retry")), ("x-dead-letter-routing-key", Str("wait"))]))
@@ -715,9 +687,7 @@ fn assert_path_ends_in(path: &serde_json::Value, queue: &str) {
 
 /// A topic dead-letter exchange: the key matches one pattern of several.
 async fn routes_through_a_topic_dead_letter_exchange(broker: Broker) {
-    let vhost = Vhost::new(broker, "route-topic").await;
-    let c = vhost.connect().await;
-    let ch = c.create_channel().await.unwrap();
+    let (vhost, c, ch) = trap(broker, "route-topic").await;
     exchange(&ch, "dlx", ExchangeKind::Topic).await;
     for (q, pattern) in [("eu", "order.*.eu"), ("us", "order.*.us"), ("created", "order.created")] {
         queue(&ch, q, FieldTable::default()).await;
@@ -733,9 +703,7 @@ async fn routes_through_a_topic_dead_letter_exchange(broker: Broker) {
 
 /// An exchange-to-exchange binding: the dead letter goes through `dlx` into `parking`.
 async fn routes_through_an_exchange_to_exchange_binding(broker: Broker) {
-    let vhost = Vhost::new(broker, "route-e2e").await;
-    let c = vhost.connect().await;
-    let ch = c.create_channel().await.unwrap();
+    let (vhost, c, ch) = trap(broker, "route-e2e").await;
     exchange(&ch, "dlx", ExchangeKind::Direct).await;
     exchange(&ch, "parking", ExchangeKind::Fanout).await;
     ch.exchange_bind(
@@ -761,9 +729,7 @@ async fn routes_through_an_exchange_to_exchange_binding(broker: Broker) {
 
 /// An alternate exchange on the dead-letter exchange catches a dead letter no binding matches.
 async fn routes_to_the_alternate_exchange_of_the_dead_letter_exchange(broker: Broker) {
-    let vhost = Vhost::new(broker, "route-ae").await;
-    let c = vhost.connect().await;
-    let ch = c.create_channel().await.unwrap();
+    let (vhost, c, ch) = trap(broker, "route-ae").await;
     exchange(&ch, "ae", ExchangeKind::Fanout).await;
     queue(&ch, "unrouted", FieldTable::default()).await;
     bind(&ch, "unrouted", "ae", "").await;
@@ -784,9 +750,7 @@ async fn routes_to_the_alternate_exchange_of_the_dead_letter_exchange(broker: Br
 /// them, and inspect says the route cannot be known rather than guessing (not even its
 /// alternate exchange, which takes only what no binding matches).
 async fn a_headers_dead_letter_exchange_is_uncertain(broker: Broker) {
-    let vhost = Vhost::new(broker, "route-headers").await;
-    let c = vhost.connect().await;
-    let ch = c.create_channel().await.unwrap();
+    let (vhost, c, ch) = trap(broker, "route-headers").await;
     exchange(&ch, "ae", ExchangeKind::Fanout).await;
     queue(&ch, "unrouted", FieldTable::default()).await;
     bind(&ch, "unrouted", "ae", "").await;
@@ -814,9 +778,7 @@ async fn a_headers_dead_letter_exchange_is_uncertain(broker: Broker) {
 
 /// `inspect --queue` on a queue hopper did not create: that queue only, and only its hazards.
 async fn inspect_one_queue_of_a_hand_built_vhost(broker: Broker) {
-    let vhost = Vhost::new(broker, "inspect-one").await;
-    let c = vhost.connect().await;
-    let ch = c.create_channel().await.unwrap();
+    let (vhost, _c, ch) = trap(broker, "inspect-one").await;
     queue(&ch, "parked", FieldTable::default()).await;
     queue(&ch, "work", args(&[("x-dead-letter-exchange", Str("")), ("x-dead-letter-routing-key", Str("parked"))]))
         .await;
@@ -921,9 +883,7 @@ fn graph_of_a_spec() {
 
 /// `graph --live` on a vhost built by hand.
 async fn graph_of_a_live_vhost(broker: Broker) {
-    let vhost = Vhost::new(broker, "graph-live").await;
-    let c = vhost.connect().await;
-    let ch = c.create_channel().await.unwrap();
+    let (vhost, _c, ch) = trap(broker, "graph-live").await;
     exchange(&ch, "main", ExchangeKind::Direct).await;
     exchange(&ch, "dlx", ExchangeKind::Direct).await;
     queue(&ch, "parked", FieldTable::default()).await;
