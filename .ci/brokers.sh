@@ -1,34 +1,43 @@
 #!/usr/bin/env bash
-# .ci/brokers.sh - make sure the two RabbitMQ brokers hopper's tests use are up.
+# .ci/brokers.sh - make sure the three RabbitMQ brokers hopper's tests use are up.
 #
 #   broker      version                  AMQP             management HTTP   node name          dist port
 #   system      3.10 (Debian bookworm)   127.0.0.1:5672   127.0.0.1:15672   rabbit@localhost   25672
-#   rabbitmq4   4.0  (Debian trixie)     127.0.0.1:5673   127.0.0.1:15673   rabbit40@localhost 25673
+#   rabbitmq40  4.0  (Debian trixie)     127.0.0.1:5673   127.0.0.1:15673   rabbit40@localhost 25673
+#   rabbitmq43  4.3  (Debian sid)        127.0.0.1:5674   127.0.0.1:15674   rabbit43@localhost 25674
 #
-# Both accept guest/guest. The 4.0 broker runs from a debootstrapped trixie tree
-# outside the checkout (HOPPER_RABBITMQ4_ROOT, default /var/lib/hopper-ci/trixie),
-# built once and reused by later runs / fresh clones; it shares the host's epmd.
+# All accept guest/guest and have the management plugin on. The 4.0 and 4.3 brokers run
+# (under chroot) from debootstrapped Debian trees outside the checkout (HOPPER_RABBITMQ4_ROOT,
+# default /var/lib/hopper-ci/trixie, and HOPPER_RABBITMQ43_ROOT, default /var/lib/hopper-ci/sid),
+# built once and reused by later runs / fresh clones; they share the host's epmd.
 #
 # Idempotent: a second run on a healthy machine only does a few HTTP probes.
 # Needs root and network access to the Debian mirror on first run only.
 #
 # Env knobs:
-#   HOPPER_SKIP_RABBITMQ4=1   only ensure the system (3.10) broker
-#   HOPPER_RABBITMQ4_ROOT     where the trixie tree lives
-#   HOPPER_DEBIAN_MIRROR      mirror for debootstrap (default http://deb.debian.org/debian)
-#   HOPPER_CI_LOG             where command output goes (default /var/lib/hopper-ci/brokers.log)
+#   HOPPER_SKIP_RABBITMQ4=1    only ensure the system (3.10) broker (skips 4.0 and 4.3)
+#   HOPPER_SKIP_RABBITMQ43=1   skip only the 4.3 broker
+#   HOPPER_RABBITMQ4_ROOT      where the trixie tree (4.0) lives
+#   HOPPER_RABBITMQ43_ROOT     where the sid tree (4.3) lives
+#   HOPPER_DEBIAN_MIRROR       mirror for debootstrap (default: the Debian archive the host's
+#                              apt sources use, else http://deb.debian.org/debian)
+#   HOPPER_BROKER_WAIT_SECS    how long to wait for a broker to come up (default 90)
+#   HOPPER_CI_LOG              where command output goes (default /var/lib/hopper-ci/brokers.log)
 #
 # Prints only short progress lines on stderr (and the tail of the log on failure);
 # nothing on stdout.
 set -euo pipefail
 
-R4_ROOT=${HOPPER_RABBITMQ4_ROOT:-/var/lib/hopper-ci/trixie}
-R4_ROOT=${R4_ROOT%/}
-MIRROR=${HOPPER_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+R40_ROOT=${HOPPER_RABBITMQ4_ROOT:-/var/lib/hopper-ci/trixie}
+R40_ROOT=${R40_ROOT%/}
+R43_ROOT=${HOPPER_RABBITMQ43_ROOT:-/var/lib/hopper-ci/sid}
+R43_ROOT=${R43_ROOT%/}
 LOG=${HOPPER_CI_LOG:-/var/lib/hopper-ci/brokers.log}
 
 SYS_AMQP=5672 SYS_HTTP=15672
-R4_NODE=rabbit40@localhost R4_AMQP=5673 R4_HTTP=15673 R4_DIST=25673
+# Chroot brokers, as ensure_tree_broker takes them: label suite root node amqp http dist version
+R40=(rabbitmq40 trixie "$R40_ROOT" rabbit40@localhost 5673 15673 25673 4.0)
+R43=(rabbitmq43 sid    "$R43_ROOT" rabbit43@localhost 5674 15674 25674 4.3)
 WAIT_SECS=${HOPPER_BROKER_WAIT_SECS:-90}
 
 export LC_ALL=C
@@ -51,9 +60,9 @@ mkdir -p "$(dirname "$LOG")"
 
 # One run at a time (two concurrent debootstraps into the same place would be a mess). The log
 # is emptied only once we hold the lock, so a waiting run cannot wipe the running one's log.
-mkdir -p "$(dirname "$R4_ROOT")"
-exec 9>"$(dirname "$R4_ROOT")/.brokers.lock"
-flock -w 900 9 || die "another brokers.sh still holds $(dirname "$R4_ROOT")/.brokers.lock"
+mkdir -p "$(dirname "$R40_ROOT")"
+exec 9>"$(dirname "$R40_ROOT")/.brokers.lock"
+flock -w 900 9 || die "another brokers.sh still holds $(dirname "$R40_ROOT")/.brokers.lock"
 : >"$LOG"
 
 http_code() { # port path
@@ -123,11 +132,13 @@ ensure_system_broker() {
 }
 
 # --------------------------------------------------------------------------------------
-# 2. RabbitMQ 4.0 from Debian trixie in a chroot, on 5673 / 15673
+# 2. Newer RabbitMQs from Debian trees (trixie: 4.0, sid: 4.3) run under chroot
 # --------------------------------------------------------------------------------------
-in_r4() { # run a command inside the tree with a clean environment
+in_tree() { # root command... : run a command inside a tree with a clean environment
+    local root=$1
+    shift
     env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 LC_ALL=C.UTF-8 \
-        DEBIAN_FRONTEND=noninteractive chroot "$R4_ROOT" "$@"
+        DEBIAN_FRONTEND=noninteractive chroot "$root" "$@"
 }
 
 # Unmount everything mounted below $1 (deepest first).
@@ -150,29 +161,113 @@ kill_procs_in() {
     kill -9 "${pids[@]}" 2>/dev/null || true
 }
 
-build_r4_tree() {
-    local tmp="$R4_ROOT.partial"
+# The main Debian archive the host's own apt uses (so debootstrap goes through the same,
+# reachable mirror): the first enabled "deb" entry in sources.list, then sources.list.d/*.list
+# and *.sources (deb822) in apt's order, with an http(s) URL, component main and a Debian
+# suite (the host's codename or an alias, with -updates/-backports allowed); security and
+# snapshot (date-pinned) archives are skipped. Prints nothing on a non-Debian host.
+host_debian_mirror() {
+    local f codename files=()
+    [[ $(sed -n 's/^ID=//p' /etc/os-release 2>/dev/null | tr -d '"') == debian ]] || return 0
+    codename=$(sed -n 's/^VERSION_CODENAME=//p' /etc/os-release | tr -d '"')
+    [[ -f /etc/apt/sources.list ]] && files+=(/etc/apt/sources.list)
+    for f in /etc/apt/sources.list.d/*; do
+        [[ -f $f && ( $f == *.list || $f == *.sources ) ]] && files+=("$f")
+    done
+    ((${#files[@]})) || return 0
+    awk -v codename="$codename" '
+        function trim(s) { gsub(/^[ \t]+|[ \t]+$/, "", s); return s }
+        function has_word(list, w) { return (" " list " ") ~ ("[ \t]" w "[ \t]") }
+        function debian_suite(s) {
+            sub(/-(updates|backports|backports-sloppy|proposed-updates)$/, "", s)
+            return (codename != "" && s == codename) ||
+                s ~ /^(oldoldstable|oldstable|stable|testing|unstable|sid|experimental)$/
+        }
+        function consider(types, uris, suites, comps, enabled,   a, n, i, uri, good) {
+            if (found != "" || tolower(enabled) ~ /^(no|false)$/ || !has_word(types, "deb")) return
+            split(trim(uris), a, /[ \t]+/)
+            uri = a[1]
+            if (uri !~ /^https?:\/\// || uri ~ /security|snapshot\.debian\.org/) return
+            if (!has_word(comps, "main")) return
+            n = split(trim(suites), a, /[ \t]+/)
+            good = 0
+            for (i = 1; i <= n; i++) {
+                if (a[i] ~ /-security$/) return
+                if (debian_suite(a[i])) good = 1
+            }
+            if (!good) return
+            sub(/\/+$/, "", uri)
+            found = uri
+        }
+        function flush() {
+            if (F["uris"] != "") consider(F["types"], F["uris"], F["suites"], F["components"], F["enabled"])
+            split("", F)
+            key = ""
+        }
+        FNR == 1 { flush(); deb822 = FILENAME ~ /\.sources$/ }
+        !deb822 {
+            line = $0
+            sub(/#.*/, "", line)
+            gsub(/\[[^]]*\]/, " ", line)
+            n = split(trim(line), w, /[ \t]+/)
+            if (n < 4) next
+            comps = w[4]
+            for (i = 5; i <= n; i++) comps = comps " " w[i]
+            consider(w[1], w[2], w[3], comps, "")
+            next
+        }
+        /^[ \t]*#/ { next }
+        /^[ \t]*$/ { flush(); next }
+        /^[ \t]/ { if (key != "") F[key] = F[key] " " trim($0); next }
+        {
+            i = index($0, ":")
+            if (!i) next
+            key = tolower(trim(substr($0, 1, i - 1)))
+            F[key] = trim(substr($0, i + 1))
+        }
+        END { flush(); if (found != "") print found }
+    ' "${files[@]}" 2>/dev/null || true
+}
+
+debian_mirror() {
+    local m=${HOPPER_DEBIAN_MIRROR:-}
+    [[ -n $m ]] || m=$(host_debian_mirror)
+    printf '%s\n' "${m:-http://deb.debian.org/debian}"
+}
+
+build_tree() { # label suite root
+    local label=$1 suite=$2 root=$3
+    local tmp="$root.partial" mirror
     command -v debootstrap >/dev/null || apt_install debootstrap
-    if [[ ! -e /usr/share/debootstrap/scripts/trixie ]]; then
-        ln -s sid /usr/share/debootstrap/scripts/trixie
+    # An older debootstrap may not know a newer suite; they all use the sid script.
+    if [[ ! -e /usr/share/debootstrap/scripts/$suite ]]; then
+        ln -s sid "/usr/share/debootstrap/scripts/$suite"
     fi
 
     if [[ -e $tmp ]]; then
-        say "rabbitmq4: removing half-built $tmp"
+        say "$label: removing half-built $tmp"
         kill_procs_in "$tmp"
         umount_below "$tmp"
         rm -rf --one-file-system "$tmp"
     fi
 
-    say "rabbitmq4: debootstrap trixie into $tmp (first run only, a few minutes)"
-    quiet debootstrap --variant=minbase trixie "$tmp" "$MIRROR" || die "debootstrap trixie failed"
+    mirror=$(debian_mirror)
+    say "$label: debootstrap $suite into $tmp from $mirror (first run only, a few minutes)"
+    quiet debootstrap --variant=minbase "$suite" "$tmp" "$mirror" || die "debootstrap $suite failed"
 
     # No service may start while packages are installed: it would take the system
     # broker's ports (5672/25672) or leave a stray node behind.
     printf '#!/bin/sh\nexit 101\n' >"$tmp/usr/sbin/policy-rc.d"
     chmod 755 "$tmp/usr/sbin/policy-rc.d"
 
-    # Give the tree's rabbitmq user the host rabbitmq user's uid/gid, so the 4.0 node's
+    # The tree's apt talks to the host's mirror, so it gets the host apt's settings for it: a
+    # mirror that serves a frozen snapshot needs Check-Valid-Until "false" (sid's Release
+    # file expires after a week, so apt would refuse it), one behind a proxy needs the proxy.
+    apt-config dump 2>/dev/null |
+        grep -E '^Acquire::(Check-Valid-Until|Check-Date|https?::Proxy(::[^ ]+)?) ' \
+            >"$tmp/etc/apt/apt.conf.d/99hopper-host-acquire" || true
+
+    # Give the tree's rabbitmq user the host rabbitmq user's uid/gid, so the node's
     # processes show up as "rabbitmq" on the host (otherwise it gets whatever system uid
     # is next in the tree, which on the host belongs to e.g. postgres).
     local huid hgid
@@ -182,16 +277,15 @@ build_r4_tree() {
             if ! { quiet chroot "$tmp" groupadd -r -g "$hgid" rabbitmq &&
                 quiet chroot "$tmp" useradd -r -u "$huid" -g rabbitmq -d /var/lib/rabbitmq \
                     -M -s /usr/sbin/nologin -c "RabbitMQ messaging server" rabbitmq; }; then
-                say "rabbitmq4: (could not pre-create rabbitmq user with host ids; continuing)"
+                say "$label: (could not pre-create rabbitmq user with host ids; continuing)"
             fi
         fi
     fi
 
     mountpoint -q "$tmp/proc" || mount -t proc proc "$tmp/proc"
-    say "rabbitmq4: apt-get install rabbitmq-server (trixie)"
+    say "$label: apt-get install rabbitmq-server ($suite)"
     local ok=1
-    quiet env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 LC_ALL=C.UTF-8 \
-        DEBIAN_FRONTEND=noninteractive chroot "$tmp" sh -c \
+    quiet in_tree "$tmp" sh -c \
         'apt-get update && apt-get install -y --no-install-recommends rabbitmq-server && apt-get clean' ||
         ok=
     kill_procs_in "$tmp"
@@ -199,9 +293,9 @@ build_r4_tree() {
     [[ -n $ok ]] || die "installing rabbitmq-server inside $tmp failed"
     [[ -x $tmp/usr/sbin/rabbitmq-server ]] || die "no usr/sbin/rabbitmq-server in $tmp"
 
-    rm -rf --one-file-system "$R4_ROOT"
-    mv "$tmp" "$R4_ROOT"
-    say "rabbitmq4: tree ready at $R4_ROOT"
+    rm -rf --one-file-system "$root"
+    mv "$tmp" "$root"
+    say "$label: tree ready at $root"
 }
 
 write_if_changed() { # file content
@@ -211,78 +305,91 @@ write_if_changed() { # file content
     fi
 }
 
-configure_r4() {
-    local etc="$R4_ROOT/etc/rabbitmq"
+configure_tree() { # root node amqp http dist
+    local root=$1 node=$2 amqp=$3 http=$4 dist=$5
+    local etc="$root/etc/rabbitmq"
     mkdir -p "$etc"
     write_if_changed "$etc/rabbitmq.conf" "# written by hopper .ci/brokers.sh
-listeners.tcp.default = 127.0.0.1:$R4_AMQP
+listeners.tcp.default = 127.0.0.1:$amqp
 management.tcp.ip = 127.0.0.1
-management.tcp.port = $R4_HTTP
+management.tcp.port = $http
 loopback_users = none"
     write_if_changed "$etc/rabbitmq-env.conf" "# written by hopper .ci/brokers.sh
-NODENAME=$R4_NODE
+NODENAME=$node
 NODE_IP_ADDRESS=127.0.0.1
-NODE_PORT=$R4_AMQP
-DIST_PORT=$R4_DIST
+NODE_PORT=$amqp
+DIST_PORT=$dist
 ERL_EPMD_ADDRESS=127.0.0.1
 SERVER_ADDITIONAL_ERL_ARGS=\"-kernel inet_dist_use_interface {127,0,0,1}\""
     write_if_changed "$etc/enabled_plugins" "[rabbitmq_management]."
 
-    grep -qsE '^127\.0\.0\.1[[:space:]].*\blocalhost\b' "$R4_ROOT/etc/hosts" ||
-        printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n' >>"$R4_ROOT/etc/hosts"
+    # Newer trees (sid) ship no /etc/hosts at all; the node does not boot until localhost resolves.
+    grep -qsE '^127\.0\.0\.1[[:space:]].*\blocalhost\b' "$root/etc/hosts" ||
+        printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n' >>"$root/etc/hosts"
 
     # One Erlang cookie for the node (runs as rabbitmq, HOME=/var/lib/rabbitmq) and for
     # CLI tools run as root inside the tree (HOME=/root).
-    local cookie="$R4_ROOT/var/lib/rabbitmq/.erlang.cookie"
+    local cookie="$root/var/lib/rabbitmq/.erlang.cookie"
     if [[ ! -s $cookie ]]; then
-        mkdir -p "$R4_ROOT/var/lib/rabbitmq"
+        mkdir -p "$root/var/lib/rabbitmq"
         od -An -N20 -tx1 /dev/urandom | tr -d ' \n' >"$cookie"
-        in_r4 chown rabbitmq:rabbitmq /var/lib/rabbitmq/.erlang.cookie
+        in_tree "$root" chown rabbitmq:rabbitmq /var/lib/rabbitmq/.erlang.cookie
         chmod 400 "$cookie"
     fi
-    if ! cmp -s "$cookie" "$R4_ROOT/root/.erlang.cookie"; then
-        install -m 400 -o root -g root "$cookie" "$R4_ROOT/root/.erlang.cookie"
+    if ! cmp -s "$cookie" "$root/root/.erlang.cookie"; then
+        install -m 400 -o root -g root "$cookie" "$root/root/.erlang.cookie"
     fi
 }
 
-r4_healthy() {
-    [[ $(api_version $R4_HTTP) == 4.* ]] && tcp_open $R4_AMQP
+tree_broker_healthy() { # http amqp version-prefix ("4.0" matches 4.0 and 4.0.x, not 4.3)
+    local v
+    v=$(api_version "$1")
+    [[ $v == "$3" || $v == "$3".* ]] && tcp_open "$2"
 }
 
-ensure_rabbitmq4() {
-    if r4_healthy; then
-        say "rabbitmq4: up ($(api_version $R4_HTTP)) node=$R4_NODE amqp=127.0.0.1:$R4_AMQP http=127.0.0.1:$R4_HTTP"
+ensure_tree_broker() { # label suite root node amqp http dist version-prefix
+    local label=$1 suite=$2 root=$3 node=$4 amqp=$5 http=$6 dist=$7 want=$8
+    local up="node=$node amqp=127.0.0.1:$amqp http=127.0.0.1:$http"
+    if tree_broker_healthy "$http" "$amqp" "$want"; then
+        say "$label: up ($(api_version "$http")) $up"
         return 0
     fi
 
-    [[ -x $R4_ROOT/usr/sbin/rabbitmq-server ]] || build_r4_tree
-    configure_r4
-    mountpoint -q "$R4_ROOT/proc" || mount -t proc proc "$R4_ROOT/proc" ||
-        die "cannot mount /proc in $R4_ROOT"
+    [[ -x $root/usr/sbin/rabbitmq-server ]] || build_tree "$label" "$suite" "$root"
+    configure_tree "$root" "$node" "$amqp" "$http" "$dist"
+    mountpoint -q "$root/proc" || mount -t proc proc "$root/proc" ||
+        die "cannot mount /proc in $root"
 
-    if ! quiet in_r4 rabbitmq-diagnostics -q -n "$R4_NODE" ping; then
+    if ! quiet in_tree "$root" rabbitmq-diagnostics -q -n "$node" ping; then
         local p
-        for p in $R4_AMQP $R4_HTTP $R4_DIST; do
-            port_busy "$p" && die "rabbitmq4: port $p is taken by something else ($(ss -Hltnp "sport = :$p" | head -n1))"
+        for p in "$amqp" "$http" "$dist"; do
+            port_busy "$p" && die "$label: port $p is taken by something else ($(ss -Hltnp "sport = :$p" | head -n1))"
         done
-        say "rabbitmq4: starting $R4_NODE (chroot $R4_ROOT rabbitmq-server -detached)"
-        quiet in_r4 rabbitmq-server -detached || die "chroot rabbitmq-server -detached failed (logs: $R4_ROOT/var/log/rabbitmq/)"
+        say "$label: starting $node (chroot $root rabbitmq-server -detached)"
+        quiet in_tree "$root" rabbitmq-server -detached ||
+            die "$label: chroot rabbitmq-server -detached failed (logs: $root/var/log/rabbitmq/)"
     fi
 
     local i
     for ((i = 0; i < WAIT_SECS; i++)); do
-        r4_healthy && break
+        tree_broker_healthy "$http" "$amqp" "$want" && break
         sleep 1
     done
-    r4_healthy || die "rabbitmq4: http://127.0.0.1:$R4_HTTP/api/overview (4.x) or AMQP 127.0.0.1:$R4_AMQP not up after ${WAIT_SECS}s (logs: $R4_ROOT/var/log/rabbitmq/)"
-    say "rabbitmq4: up ($(api_version $R4_HTTP)) node=$R4_NODE amqp=127.0.0.1:$R4_AMQP http=127.0.0.1:$R4_HTTP"
+    tree_broker_healthy "$http" "$amqp" "$want" ||
+        die "$label: http://127.0.0.1:$http/api/overview ($want.x) or AMQP 127.0.0.1:$amqp not up after ${WAIT_SECS}s (logs: $root/var/log/rabbitmq/)"
+    say "$label: up ($(api_version "$http")) $up"
 }
 
 command -v curl >/dev/null || apt_install curl ca-certificates
 
 ensure_system_broker
 if [[ ${HOPPER_SKIP_RABBITMQ4:-0} == 1 ]]; then
-    say "rabbitmq4: skipped (HOPPER_SKIP_RABBITMQ4=1)"
+    say "rabbitmq40, rabbitmq43: skipped (HOPPER_SKIP_RABBITMQ4=1)"
 else
-    ensure_rabbitmq4
+    ensure_tree_broker "${R40[@]}"
+    if [[ ${HOPPER_SKIP_RABBITMQ43:-0} == 1 ]]; then
+        say "rabbitmq43: skipped (HOPPER_SKIP_RABBITMQ43=1)"
+    else
+        ensure_tree_broker "${R43[@]}"
+    fi
 fi
