@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::model::{ExchangeName, QueueName};
 use crate::spec::{Strategy, Topology, format_duration};
 
 /// The header that carries the delivery number of a republished copy. Not `x-` prefixed:
@@ -26,7 +27,7 @@ pub struct Contract {
     pub attempts: Vec<AttemptRule>,
     /// What to do with a message that can never succeed, at any attempt.
     pub poison: Action,
-    pub dead_letter_queue: String,
+    pub dead_letter_queue: QueueName,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -40,7 +41,7 @@ pub enum AttemptSource {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ConsumeQueue {
-    pub queue: String,
+    pub queue: QueueName,
     /// The delivery number of every message in this queue; absent when it carries every attempt.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attempt: Option<u32>,
@@ -57,11 +58,11 @@ pub struct AttemptRule {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Retry {
-    pub wait_queue: String,
+    pub wait_queue: QueueName,
     pub delay: String,
     pub delay_ms: u64,
     /// The queue the next delivery comes from.
-    pub redelivered_from: String,
+    pub redelivered_from: QueueName,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -71,7 +72,7 @@ pub enum Action {
     /// publisher confirms and `mandatory`; ack the original only once the copy is confirmed and
     /// was not returned. If it is returned or nacked, do not ack: reject with requeue.
     Publish {
-        exchange: String,
+        exchange: ExchangeName,
         routing_key: String,
         headers: BTreeMap<String, i64>,
         mandatory: bool,
@@ -79,10 +80,10 @@ pub enum Action {
         remove_properties: Vec<String>,
         then: String,
         /// Where the copy lands.
-        reaches: String,
+        reaches: QueueName,
     },
     /// `basic.reject` (or `basic.nack`) with `requeue = false`: the broker dead-letters it.
-    Reject { requeue: bool, reaches: String },
+    Reject { requeue: bool, reaches: QueueName },
 }
 
 impl Action {
@@ -98,7 +99,7 @@ impl Action {
         }
     }
 
-    pub fn reaches(&self) -> &str {
+    pub fn reaches(&self) -> &QueueName {
         match self {
             Action::Publish { reaches, .. } | Action::Reject { reaches, .. } => reaches,
         }
@@ -144,7 +145,7 @@ pub fn contract(t: &Topology) -> Contract {
             // A reject would only move it to the next hop; skip the hops by publishing.
             Action::Publish {
                 exchange: t.dead_letter_exchange.clone(),
-                routing_key: t.dead_letter_queue.clone(),
+                routing_key: t.dead_letter_queue.to_string(),
                 headers: BTreeMap::new(),
                 mandatory: true,
                 confirm: true,
@@ -208,20 +209,22 @@ mod tests {
                 .objects
                 .iter()
                 .filter_map(|o| match o {
-                    Object::Queue(q) if q.name == key => Some(q.name.clone()),
+                    Object::Queue(q) if q.name == key => Some(q.name.to_string()),
                     _ => None,
                 })
                 .collect();
         }
         let kind = c.objects.iter().find_map(|o| match o {
-            Object::Exchange(e) if e.name == exchange => Some(e.kind.clone()),
+            Object::Exchange(e) if e.name == exchange => Some(e.kind.to_string()),
             _ => None,
         });
         assert_eq!(kind.as_deref(), Some("direct"), "exchange `{exchange}` is not a declared direct exchange");
         c.objects
             .iter()
             .filter_map(|o| match o {
-                Object::Binding(b) if b.source == exchange && b.routing_key == key => Some(b.destination.clone()),
+                Object::Binding(b) if b.source == exchange && b.routing_key == key => {
+                    Some(b.destination.name().to_string())
+                }
                 _ => None,
             })
             .collect()
@@ -324,7 +327,7 @@ mod tests {
         let last = &k.attempts[4];
         assert!(last.retry.is_none());
         assert!(matches!(&last.on_failure, Action::Reject { requeue: false, reaches } if reaches == "orders.dlq"));
-        assert_eq!(dead_letter_route(&c, "orders"), last.on_failure.reaches());
+        assert_eq!(dead_letter_route(&c, "orders"), *last.on_failure.reaches());
         assert!(matches!(&k.poison, Action::Reject { requeue: false, reaches } if reaches == "orders.dlq"));
         assert_eq!(k.poison.describe(), "reject (requeue=false)");
     }

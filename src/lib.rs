@@ -1,5 +1,6 @@
 //! hopper compiles RabbitMQ retry topologies from TOML and applies them without losing messages.
-//! Data flows one way: spec → compile → plan → broker → output.
+//! Data flows one way: spec → compile → plan → broker → output; `ops` orchestrates each
+//! operation, `commands` parse arguments and render.
 
 pub mod broker;
 pub mod commands;
@@ -7,8 +8,10 @@ pub mod compile;
 pub mod contract;
 pub mod diagnostic;
 pub mod hazard;
+pub mod live;
 pub mod model;
 pub mod network;
+pub mod ops;
 pub mod output;
 pub mod plan;
 pub mod policy;

@@ -1,30 +1,180 @@
-//! What a broker holds: exchanges, queues and bindings with normalised arguments. Both the compiled
-//! spec and the live broker are described in these terms, so that they can be compared.
+//! The objects a broker holds (exchanges, queues, bindings) with normalised arguments and typed
+//! identities. The compiled spec and the live broker are both described in these terms, so that
+//! they can be compared; an object is identified by what RabbitMQ identifies it by, never by a
+//! string made for people.
 
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::ops::Deref;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+
+macro_rules! name_type {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(String);
+
+        impl $name {
+            pub fn new(name: impl Into<String>) -> Self {
+                $name(name.into())
+            }
+
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl Deref for $name {
+            type Target = str;
+            fn deref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl Borrow<str> for $name {
+            fn borrow(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.pad(&self.0)
+            }
+        }
+
+        impl From<&str> for $name {
+            fn from(s: &str) -> Self {
+                $name(s.to_string())
+            }
+        }
+
+        impl From<String> for $name {
+            fn from(s: String) -> Self {
+                $name(s)
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.0 == other
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.0 == *other
+            }
+        }
+
+        impl PartialEq<$name> for str {
+            fn eq(&self, other: &$name) -> bool {
+                self == other.0
+            }
+        }
+
+        impl PartialEq<$name> for &str {
+            fn eq(&self, other: &$name) -> bool {
+                *self == other.0
+            }
+        }
+
+        impl PartialEq<String> for $name {
+            fn eq(&self, other: &String) -> bool {
+                self.0 == *other
+            }
+        }
+
+        impl PartialEq<$name> for String {
+            fn eq(&self, other: &$name) -> bool {
+                *self == other.0
+            }
+        }
+    };
+}
+
+name_type!(
+    /// A queue's name within its vhost.
+    QueueName
+);
+name_type!(
+    /// An exchange's name within its vhost; the empty name is the default exchange.
+    ExchangeName
+);
+
+impl ExchangeName {
+    /// The default exchange, which routes to the queue named by the routing key.
+    pub fn default_exchange() -> Self {
+        ExchangeName(String::new())
+    }
+
+    pub fn is_default(&self) -> bool {
+        self.0.is_empty()
+    }
+}
 
 /// An x-argument value. RabbitMQ compares every integer width as equal, so one integer type is
 /// enough; strings are strings whatever AMQP type carried them.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(untagged)]
 pub enum ArgValue {
+    Bool(bool),
     Int(i64),
     Str(String),
+    /// Anything else (a float, an array, a table), as the JSON RabbitMQ showed. hopper sets no
+    /// such argument; it is kept so that it is compared and shown, never dropped.
+    Other(String),
 }
 
-impl fmt::Display for ArgValue {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl ArgValue {
+    pub fn str(s: impl Into<String>) -> ArgValue {
+        ArgValue::Str(s.into())
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
         match self {
-            ArgValue::Int(n) => write!(f, "{n}"),
-            ArgValue::Str(s) => write!(f, "\"{s}\""),
+            ArgValue::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub fn as_int(&self) -> Option<i64> {
+        match self {
+            ArgValue::Int(n) => Some(*n),
+            _ => None,
         }
     }
 }
 
+/// As RabbitMQ shows a value: strings quoted, numbers bare.
+impl fmt::Display for ArgValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ArgValue::Bool(b) => write!(f, "{b}"),
+            ArgValue::Int(n) => write!(f, "{n}"),
+            ArgValue::Str(s) => write!(f, "{:?}", s),
+            ArgValue::Other(json) => f.write_str(json),
+        }
+    }
+}
+
+/// Arguments by key (`x-message-ttl`, ...), in key order.
 pub type Arguments = BTreeMap<String, ArgValue>;
+
+/// The arguments hopper reads and writes, by their RabbitMQ name. Names the code compares with
+/// live arguments are written once, here.
+pub mod arg {
+    pub const QUEUE_TYPE: &str = "x-queue-type";
+    pub const MESSAGE_TTL: &str = "x-message-ttl";
+    pub const DEAD_LETTER_EXCHANGE: &str = "x-dead-letter-exchange";
+    pub const DEAD_LETTER_ROUTING_KEY: &str = "x-dead-letter-routing-key";
+    pub const DEAD_LETTER_STRATEGY: &str = "x-dead-letter-strategy";
+    pub const OVERFLOW: &str = "x-overflow";
+    pub const DELIVERY_LIMIT: &str = "x-delivery-limit";
+}
 
 /// What a queue is for in its topology.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -39,34 +189,151 @@ pub enum Role {
     DeadLetter,
 }
 
+impl Role {
+    /// For people: "main queue", "work queue of attempt 3", ...
+    pub fn describe(&self) -> String {
+        match self {
+            Role::Work { attempt: None | Some(1) } => "main queue".into(),
+            Role::Work { attempt: Some(n) } => format!("work queue of attempt {n}"),
+            Role::Wait { hops, .. } => {
+                let hops: Vec<String> = hops.iter().map(u32::to_string).collect();
+                format!("wait queue of retry {}", hops.join(", "))
+            }
+            Role::DeadLetter => "dead-letter queue".into(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Queue {
-    pub name: String,
+    pub name: QueueName,
     pub durable: bool,
     pub arguments: Arguments,
     pub role: Role,
 }
 
+/// An exchange type: the three hopper declares, headers, or a plugin's (`x-consistent-hash`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ExchangeType {
+    Direct,
+    Topic,
+    Fanout,
+    Headers,
+    Other(String),
+}
+
+impl ExchangeType {
+    pub fn as_str(&self) -> &str {
+        match self {
+            ExchangeType::Direct => "direct",
+            ExchangeType::Topic => "topic",
+            ExchangeType::Fanout => "fanout",
+            ExchangeType::Headers => "headers",
+            ExchangeType::Other(s) => s,
+        }
+    }
+}
+
+impl From<&str> for ExchangeType {
+    fn from(s: &str) -> Self {
+        match s {
+            "direct" => ExchangeType::Direct,
+            "topic" => ExchangeType::Topic,
+            "fanout" => ExchangeType::Fanout,
+            "headers" => ExchangeType::Headers,
+            other => ExchangeType::Other(other.to_string()),
+        }
+    }
+}
+
+impl PartialEq<&str> for ExchangeType {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl fmt::Display for ExchangeType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl Serialize for ExchangeType {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Exchange {
-    pub name: String,
+    pub name: ExchangeName,
     #[serde(rename = "type")]
-    pub kind: String,
+    pub kind: ExchangeType,
     pub durable: bool,
 }
 
+/// Where a binding delivers: a queue, or another exchange.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-pub struct Binding {
-    /// The exchange.
-    pub source: String,
-    /// The queue.
-    pub destination: String,
-    pub routing_key: String,
+#[serde(tag = "destination_type", content = "destination", rename_all = "snake_case")]
+pub enum Destination {
+    Queue(QueueName),
+    Exchange(ExchangeName),
 }
 
+impl Destination {
+    pub fn name(&self) -> &str {
+        match self {
+            Destination::Queue(q) => q,
+            Destination::Exchange(e) => e,
+        }
+    }
+
+    pub fn queue(&self) -> Option<&QueueName> {
+        match self {
+            Destination::Queue(q) => Some(q),
+            Destination::Exchange(_) => None,
+        }
+    }
+}
+
+/// A binding is identified by all of it: RabbitMQ keeps two bindings that differ only in their
+/// arguments as two bindings.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Binding {
+    /// The exchange messages come from.
+    pub source: ExchangeName,
+    #[serde(flatten)]
+    pub destination: Destination,
+    pub routing_key: String,
+    #[serde(skip_serializing_if = "Arguments::is_empty")]
+    pub arguments: Arguments,
+}
+
+impl Binding {
+    /// A binding from an exchange to a queue, without arguments: every binding hopper declares.
+    pub fn to_queue(
+        source: impl Into<ExchangeName>,
+        queue: impl Into<QueueName>,
+        routing_key: impl Into<String>,
+    ) -> Self {
+        Binding {
+            source: source.into(),
+            destination: Destination::Queue(queue.into()),
+            routing_key: routing_key.into(),
+            arguments: Arguments::new(),
+        }
+    }
+}
+
+/// For people only; never an identity.
 impl fmt::Display for Binding {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} -> {} ({:?})", self.source, self.destination, self.routing_key)
+        write!(f, "{} -> {} ({:?})", self.source, self.destination.name(), self.routing_key)?;
+        if !self.arguments.is_empty() {
+            let args: Vec<String> = self.arguments.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            write!(f, " [{}]", args.join(", "))?;
+        }
+        Ok(())
     }
 }
 
@@ -80,20 +347,91 @@ pub enum Object {
     Binding(Binding),
 }
 
-impl Object {
-    pub fn kind(&self) -> &'static str {
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ObjectKind {
+    Exchange,
+    Queue,
+    Binding,
+}
+
+impl ObjectKind {
+    pub fn as_str(self) -> &'static str {
         match self {
-            Object::Exchange(_) => "exchange",
-            Object::Queue(_) => "queue",
-            Object::Binding(_) => "binding",
+            ObjectKind::Exchange => "exchange",
+            ObjectKind::Queue => "queue",
+            ObjectKind::Binding => "binding",
+        }
+    }
+}
+
+impl PartialEq<&str> for ObjectKind {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl fmt::Display for ObjectKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+/// What identifies an object in a vhost: its kind and its name, or all of a binding.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Key {
+    Exchange(ExchangeName),
+    Queue(QueueName),
+    Binding(Binding),
+}
+
+impl Object {
+    pub fn kind(&self) -> ObjectKind {
+        match self {
+            Object::Exchange(_) => ObjectKind::Exchange,
+            Object::Queue(_) => ObjectKind::Queue,
+            Object::Binding(_) => ObjectKind::Binding,
         }
     }
 
-    pub fn name(&self) -> String {
+    pub fn key(&self) -> Key {
         match self {
-            Object::Exchange(e) => e.name.clone(),
-            Object::Queue(q) => q.name.clone(),
-            Object::Binding(b) => b.to_string(),
+            Object::Exchange(e) => Key::Exchange(e.name.clone()),
+            Object::Queue(q) => Key::Queue(q.name.clone()),
+            Object::Binding(b) => Key::Binding(b.clone()),
         }
+    }
+}
+
+/// For people only: a name, or a binding as `source -> destination ("key")`.
+impl fmt::Display for Object {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Object::Exchange(e) => write!(f, "{}", e.name),
+            Object::Queue(q) => write!(f, "{}", q.name),
+            Object::Binding(b) => write!(f, "{b}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bindings_that_print_alike_are_still_two_bindings() {
+        // `p -> q -> r ("q -> r")` twice, as text; two bindings to RabbitMQ.
+        let a = Binding::to_queue("p -> q", "r", "q -> r");
+        let b = Binding::to_queue("p", "q -> r", "q -> r");
+        assert_eq!(a.to_string(), b.to_string());
+        assert_ne!(Object::Binding(a).key(), Object::Binding(b).key());
+    }
+
+    #[test]
+    fn binding_arguments_are_part_of_its_identity() {
+        let plain = Binding::to_queue("x", "q", "k");
+        let mut with = plain.clone();
+        with.arguments.insert("x-match".into(), ArgValue::str("all"));
+        assert_ne!(plain, with);
     }
 }

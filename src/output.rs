@@ -46,6 +46,17 @@ pub fn paint(text: &str, ansi: &str) -> String {
     if colour() { format!("\x1b[{ansi}m{text}\x1b[0m") } else { text.to_string() }
 }
 
+/// A name or message from a spec or a broker, safe to print on a terminal: control characters
+/// (an escape sequence, a newline, a NUL) are shown as escapes, never written raw.
+pub fn safe(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    std::borrow::Cow::Owned(
+        text.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect(),
+    )
+}
+
 pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
 }

@@ -16,7 +16,9 @@ pub struct AppliedPolicy {
     pub definition: BTreeMap<String, ArgValue>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// Where a queue's effective value comes from. A policy and an operator policy may share a name:
+/// the pair is the policy's identity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Source {
     Argument,
@@ -24,7 +26,73 @@ pub enum Source {
     OperatorPolicy,
 }
 
-/// The value a queue runs with for one key, and where it comes from.
+/// The settings that decide where a message goes and when: the ones hopper reports when a policy
+/// changes them. Each is a policy key and, with `x-` in front, a queue argument.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Setting {
+    DeadLetterExchange,
+    DeadLetterRoutingKey,
+    DeadLetterStrategy,
+    MessageTtl,
+    Expires,
+    MaxLength,
+    MaxLengthBytes,
+    Overflow,
+    DeliveryLimit,
+}
+
+impl Setting {
+    pub const ALL: [Setting; 9] = [
+        Setting::DeadLetterExchange,
+        Setting::DeadLetterRoutingKey,
+        Setting::DeadLetterStrategy,
+        Setting::MessageTtl,
+        Setting::Expires,
+        Setting::MaxLength,
+        Setting::MaxLengthBytes,
+        Setting::Overflow,
+        Setting::DeliveryLimit,
+    ];
+
+    /// The key in a policy definition.
+    pub fn policy_key(self) -> &'static str {
+        match self {
+            Setting::DeadLetterExchange => "dead-letter-exchange",
+            Setting::DeadLetterRoutingKey => "dead-letter-routing-key",
+            Setting::DeadLetterStrategy => "dead-letter-strategy",
+            Setting::MessageTtl => "message-ttl",
+            Setting::Expires => "expires",
+            Setting::MaxLength => "max-length",
+            Setting::MaxLengthBytes => "max-length-bytes",
+            Setting::Overflow => "overflow",
+            Setting::DeliveryLimit => "delivery-limit",
+        }
+    }
+
+    /// The queue argument.
+    pub fn argument(self) -> &'static str {
+        match self {
+            Setting::DeadLetterExchange => "x-dead-letter-exchange",
+            Setting::DeadLetterRoutingKey => "x-dead-letter-routing-key",
+            Setting::DeadLetterStrategy => "x-dead-letter-strategy",
+            Setting::MessageTtl => "x-message-ttl",
+            Setting::Expires => "x-expires",
+            Setting::MaxLength => "x-max-length",
+            Setting::MaxLengthBytes => "x-max-length-bytes",
+            Setting::Overflow => "x-overflow",
+            Setting::DeliveryLimit => "x-delivery-limit",
+        }
+    }
+}
+
+impl std::fmt::Display for Setting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.policy_key())
+    }
+}
+
+/// The value a queue runs with for one setting, and where it comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Effective {
     pub value: ArgValue,
@@ -33,76 +101,57 @@ pub struct Effective {
     pub policy: Option<String>,
 }
 
-/// The keys that decide where a message goes and when: the ones hopper reports when a policy
-/// changes them.
-pub const KEYS: &[&str] = &[
-    "dead-letter-exchange",
-    "dead-letter-routing-key",
-    "dead-letter-strategy",
-    "message-ttl",
-    "expires",
-    "max-length",
-    "max-length-bytes",
-    "overflow",
-    "delivery-limit",
-];
-
-/// The effective value of every key of `KEYS` that is set anywhere.
+/// The effective value of every setting that is set anywhere.
 pub fn effective(
     quorum: bool,
     arguments: &Arguments,
     policy: Option<&AppliedPolicy>,
     operator_policy: Option<&AppliedPolicy>,
-) -> BTreeMap<&'static str, Effective> {
+) -> BTreeMap<Setting, Effective> {
     let mut out = BTreeMap::new();
-    for &key in KEYS {
+    for setting in Setting::ALL {
         let mut candidates: Vec<Effective> = Vec::new();
-        if let Some(v) = arguments.get(&format!("x-{key}")) {
+        if let Some(v) = arguments.get(setting.argument()) {
             candidates.push(Effective { value: v.clone(), source: Source::Argument, policy: None });
         }
         for (p, source) in [(policy, Source::Policy), (operator_policy, Source::OperatorPolicy)] {
             if let Some(p) = p
-                && let Some(v) = p.definition.get(key)
+                && let Some(v) = p.definition.get(setting.policy_key())
             {
                 candidates.push(Effective { value: v.clone(), source, policy: Some(p.name.clone()) });
             }
         }
-        if let Some(winner) = resolve(key, quorum, candidates) {
-            out.insert(key, winner);
+        if let Some(winner) = resolve(setting, quorum, candidates) {
+            out.insert(setting, winner);
         }
     }
     out
 }
 
-fn resolve(key: &str, quorum: bool, candidates: Vec<Effective>) -> Option<Effective> {
+fn resolve(setting: Setting, quorum: bool, candidates: Vec<Effective>) -> Option<Effective> {
     let first = |source: Source| candidates.iter().find(|c| c.source == source).cloned();
-    match key {
+    match setting {
         // Strings an argument decides; operator policies cannot set them.
-        "dead-letter-exchange" | "dead-letter-routing-key" | "dead-letter-strategy" => {
+        Setting::DeadLetterExchange | Setting::DeadLetterRoutingKey | Setting::DeadLetterStrategy => {
             first(Source::Argument).or_else(|| first(Source::Policy))
         }
         // On a quorum queue the policy decides overflow; on a classic queue the argument does.
-        "overflow" if quorum => {
+        Setting::Overflow if quorum => {
             first(Source::OperatorPolicy).or_else(|| first(Source::Policy)).or_else(|| first(Source::Argument))
         }
-        "overflow" => {
+        Setting::Overflow => {
             first(Source::Argument).or_else(|| first(Source::Policy)).or_else(|| first(Source::OperatorPolicy))
         }
         // A negative delivery limit (unlimited) anywhere: the largest wins; otherwise the smallest.
-        "delivery-limit" => {
-            let any_negative = candidates.iter().any(|c| int(&c.value).is_some_and(|n| n < 0));
-            let pick = candidates.into_iter().filter(|c| int(&c.value).is_some());
-            if any_negative { pick.max_by_key(|c| int(&c.value)) } else { pick.min_by_key(|c| int(&c.value)) }
+        Setting::DeliveryLimit => {
+            let any_negative = candidates.iter().any(|c| c.value.as_int().is_some_and(|n| n < 0));
+            let pick = candidates.into_iter().filter(|c| c.value.as_int().is_some());
+            if any_negative { pick.max_by_key(|c| c.value.as_int()) } else { pick.min_by_key(|c| c.value.as_int()) }
         }
         // TTL, expires and length limits: the most conservative (smallest) wins.
-        _ => candidates.into_iter().filter(|c| int(&c.value).is_some()).min_by_key(|c| int(&c.value)),
-    }
-}
-
-fn int(v: &ArgValue) -> Option<i64> {
-    match v {
-        ArgValue::Int(n) => Some(*n),
-        ArgValue::Str(_) => None,
+        Setting::MessageTtl | Setting::Expires | Setting::MaxLength | Setting::MaxLengthBytes => {
+            candidates.into_iter().filter(|c| c.value.as_int().is_some()).min_by_key(|c| c.value.as_int())
+        }
     }
 }
 
@@ -125,11 +174,11 @@ mod tests {
         let a = args(&[("x-dead-letter-exchange", Str("orders.dlx".into()))]);
         let p = policy("dlx", &[("dead-letter-exchange", Str("elsewhere".into()))]);
         let e = effective(true, &a, Some(&p), None);
-        assert_eq!(e["dead-letter-exchange"].source, Source::Argument);
+        assert_eq!(e[&Setting::DeadLetterExchange].source, Source::Argument);
         // Without the argument, the policy sets it.
         let e = effective(true, &Arguments::new(), Some(&p), None);
-        assert_eq!(e["dead-letter-exchange"].value, Str("elsewhere".into()));
-        assert_eq!(e["dead-letter-exchange"].policy.as_deref(), Some("dlx"));
+        assert_eq!(e[&Setting::DeadLetterExchange].value, Str("elsewhere".into()));
+        assert_eq!(e[&Setting::DeadLetterExchange].policy.as_deref(), Some("dlx"));
     }
 
     #[test]
@@ -138,30 +187,31 @@ mod tests {
         let op = policy("cap", &[("message-ttl", Int(1000))]);
         let e = effective(false, &a, None, Some(&op));
         assert_eq!(
-            e["message-ttl"],
+            e[&Setting::MessageTtl],
             Effective { value: Int(1000), source: Source::OperatorPolicy, policy: Some("cap".into()) }
         );
         let longer = policy("long", &[("message-ttl", Int(60000))]);
-        assert_eq!(effective(false, &a, Some(&longer), None)["message-ttl"].source, Source::Argument);
+        assert_eq!(effective(false, &a, Some(&longer), None)[&Setting::MessageTtl].source, Source::Argument);
     }
 
     #[test]
     fn quorum_overflow_is_the_policys() {
         let a = args(&[("x-overflow", Str("reject-publish".into()))]);
         let p = policy("p", &[("overflow", Str("drop-head".into()))]);
-        assert_eq!(effective(true, &a, Some(&p), None)["overflow"].value, Str("drop-head".into()));
-        assert_eq!(effective(false, &a, Some(&p), None)["overflow"].value, Str("reject-publish".into()));
+        assert_eq!(effective(true, &a, Some(&p), None)[&Setting::Overflow].value, Str("drop-head".into()));
+        assert_eq!(effective(false, &a, Some(&p), None)[&Setting::Overflow].value, Str("reject-publish".into()));
     }
 
     #[test]
     fn delivery_limit_min_unless_one_is_negative() {
         let a = args(&[("x-delivery-limit", Int(20))]);
         assert_eq!(
-            effective(true, &a, Some(&policy("p", &[("delivery-limit", Int(5))])), None)["delivery-limit"].value,
+            effective(true, &a, Some(&policy("p", &[("delivery-limit", Int(5))])), None)[&Setting::DeliveryLimit].value,
             Int(5)
         );
         assert_eq!(
-            effective(true, &a, Some(&policy("p", &[("delivery-limit", Int(-1))])), None)["delivery-limit"].value,
+            effective(true, &a, Some(&policy("p", &[("delivery-limit", Int(-1))])), None)[&Setting::DeliveryLimit]
+                .value,
             Int(20)
         );
     }

@@ -4,13 +4,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
-use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions};
+use lapin::options::{
+    ExchangeBindOptions, ExchangeDeclareOptions, ExchangeUnbindOptions, QueueBindOptions, QueueDeclareOptions,
+    QueueDeleteOptions,
+};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
 
 use super::Endpoint;
-use crate::model::{ArgValue, Arguments, Binding, Exchange, Object, Queue};
-use crate::plan::{Difference, Live, LiveExchange, LiveQueue, Plan, Step};
+use crate::live::{Live, LiveExchange, LiveQueue};
+use crate::model::{ArgValue, Arguments, Binding, Destination, Exchange, ExchangeType, Object, Queue};
+use crate::plan::{Difference, Plan, Property, Step};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -88,16 +92,20 @@ impl Session {
                 Object::Exchange(e) => {
                     if self.exchange_exists(&e.name).await? {
                         // Equivalent unless refused; a refusal names the first property that differs.
-                        let mut found =
-                            LiveExchange { kind: e.kind.clone(), durable: e.durable, ..LiveExchange::default() };
+                        let mut found = LiveExchange {
+                            kind: e.kind.clone(),
+                            durable: e.durable,
+                            auto_delete: false,
+                            arguments: Arguments::new(),
+                        };
                         if let Outcome::Refused(text) = self.declare_exchange(e).await? {
                             match parse_inequivalent(&text) {
-                                Some(Difference { argument, live: Some(value), .. }) => match argument.as_str() {
-                                    "durable" => found.durable = value == "true",
-                                    "auto_delete" => found.auto_delete = value == "true",
-                                    _ => found.kind = value,
+                                Some(Difference { property, live: Some(value), .. }) => match (property, value) {
+                                    (Property::Durable, ArgValue::Bool(b)) => found.durable = b,
+                                    (Property::AutoDelete, ArgValue::Bool(b)) => found.auto_delete = b,
+                                    (_, value) => found.kind = ExchangeType::Other(value.to_string()),
                                 },
-                                _ => found.kind = format!("refused: {text}"),
+                                _ => found.kind = ExchangeType::Other(format!("refused: {text}")),
                             }
                         }
                         live.exchanges.insert(e.name.clone(), found);
@@ -110,7 +118,7 @@ impl Session {
                             Outcome::Refused(text) => (
                                 None,
                                 Some(parse_inequivalent(&text).unwrap_or(Difference {
-                                    argument: text,
+                                    property: Property::Argument(text),
                                     live: None,
                                     spec: None,
                                 })),
@@ -150,12 +158,12 @@ impl Session {
 
     async fn declare_exchange(&mut self, e: &Exchange) -> Result<Outcome> {
         let options = ExchangeDeclareOptions { durable: e.durable, ..Default::default() };
-        let kind = match e.kind.as_str() {
-            "direct" => ExchangeKind::Direct,
-            "topic" => ExchangeKind::Topic,
-            "fanout" => ExchangeKind::Fanout,
-            "headers" => ExchangeKind::Headers,
-            other => ExchangeKind::Custom(other.to_string()),
+        let kind = match &e.kind {
+            ExchangeType::Direct => ExchangeKind::Direct,
+            ExchangeType::Topic => ExchangeKind::Topic,
+            ExchangeType::Fanout => ExchangeKind::Fanout,
+            ExchangeType::Headers => ExchangeKind::Headers,
+            ExchangeType::Other(other) => ExchangeKind::Custom(other.clone()),
         };
         let r = self.channel.exchange_declare(short(&e.name)?, kind, options, FieldTable::default()).await;
         self.outcome(r).await
@@ -168,24 +176,27 @@ impl Session {
     }
 
     async fn bind(&mut self, b: &Binding) -> Result<Outcome> {
-        let r = self
-            .channel
-            .queue_bind(
-                short(&b.destination)?,
-                short(&b.source)?,
-                short(&b.routing_key)?,
-                QueueBindOptions::default(),
-                FieldTable::default(),
-            )
-            .await;
+        let (source, key, args) = (short(&b.source)?, short(&b.routing_key)?, field_table(&b.arguments));
+        let r = match &b.destination {
+            Destination::Queue(q) => {
+                self.channel.queue_bind(short(q)?, source, key, QueueBindOptions::default(), args).await
+            }
+            Destination::Exchange(x) => {
+                self.channel.exchange_bind(short(x)?, source, key, ExchangeBindOptions::default(), args).await
+            }
+        };
         self.outcome(r).await
     }
 
+    /// Removes exactly this binding: RabbitMQ matches the arguments too.
     async fn unbind(&mut self, b: &Binding) -> Result<Outcome> {
-        let r = self
-            .channel
-            .queue_unbind(short(&b.destination)?, short(&b.source)?, short(&b.routing_key)?, FieldTable::default())
-            .await;
+        let (source, key, args) = (short(&b.source)?, short(&b.routing_key)?, field_table(&b.arguments));
+        let r = match &b.destination {
+            Destination::Queue(q) => self.channel.queue_unbind(short(q)?, source, key, args).await,
+            Destination::Exchange(x) => {
+                self.channel.exchange_unbind(short(x)?, source, key, ExchangeUnbindOptions::default(), args).await
+            }
+        };
         self.outcome(r).await
     }
 
@@ -307,7 +318,7 @@ impl Session {
 
 fn describe(step: &Step) -> String {
     match step {
-        Step::Create { object } | Step::Ensure { object } => format!("declaring {} `{}`", object.kind(), object.name()),
+        Step::Create { object } | Step::Ensure { object } => format!("declaring {} `{object}`", object.kind()),
         Step::Unbind { binding } => format!("removing binding {binding}"),
         Step::Delete { queue, .. } => format!("deleting queue `{queue}`"),
         _ => String::new(),
@@ -344,8 +355,9 @@ pub fn field_table(args: &Arguments) -> FieldTable {
     let mut table = FieldTable::default();
     for (k, v) in args {
         let value = match v {
+            ArgValue::Bool(b) => AMQPValue::Boolean(*b),
             ArgValue::Int(n) => AMQPValue::LongLongInt(*n),
-            ArgValue::Str(s) => AMQPValue::LongString(LongString::from(s.as_str())),
+            ArgValue::Str(s) | ArgValue::Other(s) => AMQPValue::LongString(LongString::from(s.as_str())),
         };
         table.insert(ShortString::from(k.as_str()), value);
     }
@@ -353,23 +365,43 @@ pub fn field_table(args: &Arguments) -> FieldTable {
 }
 
 /// Reads RabbitMQ's equivalence failure: `inequivalent arg 'x-message-ttl' for queue 'q' in vhost
-/// '/': received the value '60000' of type 'signedint' but current is none`.
+/// '/': received the value '60000' of type 'signedint' but current is none`, or for an exchange
+/// `inequivalent arg 'type' ...: received 'topic' but current is 'direct'`.
 pub fn parse_inequivalent(text: &str) -> Option<Difference> {
     let rest = &text[text.find("inequivalent arg '")? + "inequivalent arg '".len()..];
     let argument = rest[..rest.find('\'')?].to_string();
     let received = &rest[rest.find("received ")? + "received ".len()..];
     let (spec, current) = received.split_once(" but current is ")?;
-    Some(Difference { argument, live: value_of(current), spec: value_of(spec) })
+    let property = match argument.as_str() {
+        "durable" => Property::Durable,
+        "auto_delete" => Property::AutoDelete,
+        "type" => Property::Type,
+        _ => Property::Argument(argument),
+    };
+    Some(Difference { property, live: value_of(current), spec: value_of(spec) })
 }
 
-fn value_of(text: &str) -> Option<String> {
+/// `the value '60000' of type 'signedint'`, `'direct'`, `'true'` or `none`, as a value.
+fn value_of(text: &str) -> Option<ArgValue> {
     let text = text.trim();
     if text == "none" {
         return None;
     }
-    let start = text.find('\'')? + 1;
-    let end = start + text[start..].find('\'')?;
-    Some(text[start..end].to_string())
+    let quoted = |t: &str| -> Option<(String, usize)> {
+        let start = t.find('\'')? + 1;
+        let end = start + t[start..].find('\'')?;
+        Some((t[start..end].to_string(), end + 1))
+    };
+    let (value, after) = quoted(text)?;
+    let kind = text[after..].split_once("of type ").and_then(|(_, t)| quoted(t)).map(|(k, _)| k);
+    Some(match (kind.as_deref(), value.as_str()) {
+        (Some("signedint" | "long" | "short" | "byte" | "unsignedbyte" | "unsignedshort" | "unsignedint"), v) => {
+            v.parse().map_or(ArgValue::Str(value.clone()), ArgValue::Int)
+        }
+        (Some("bool") | None, "true") => ArgValue::Bool(true),
+        (Some("bool") | None, "false") => ArgValue::Bool(false),
+        _ => ArgValue::Str(value),
+    })
 }
 
 #[cfg(test)]
@@ -379,9 +411,23 @@ mod tests {
     #[test]
     fn reads_the_brokers_equivalence_failures() {
         let d = parse_inequivalent("PRECONDITION_FAILED - inequivalent arg 'x-message-ttl' for queue 'jobs' in vhost '/': received the value '60000' of type 'signedint' but current is none").unwrap();
-        assert_eq!(d, Difference { argument: "x-message-ttl".into(), live: None, spec: Some("60000".into()) });
+        assert_eq!(
+            d,
+            Difference {
+                property: Property::Argument("x-message-ttl".into()),
+                live: None,
+                spec: Some(ArgValue::Int(60000))
+            }
+        );
         let d = parse_inequivalent("PRECONDITION_FAILED - inequivalent arg 'type' for exchange 'x' in vhost '/': received 'topic' but current is 'direct'").unwrap();
-        assert_eq!(d, Difference { argument: "type".into(), live: Some("direct".into()), spec: Some("topic".into()) });
+        assert_eq!(
+            d,
+            Difference {
+                property: Property::Type,
+                live: Some(ArgValue::str("direct")),
+                spec: Some(ArgValue::str("topic"))
+            }
+        );
     }
 }
 

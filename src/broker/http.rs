@@ -10,8 +10,8 @@ use rabbitmq_http_client::requests::VirtualHostParams;
 use rabbitmq_http_client::responses::Policy;
 
 use super::Endpoint;
-use crate::model::{ArgValue, Arguments, Binding};
-use crate::plan::{Live, LiveExchange, LiveQueue, Route};
+use crate::live::{Live, LiveExchange, LiveQueue};
+use crate::model::{ArgValue, Arguments, Binding, Destination};
 use crate::policy::AppliedPolicy;
 
 pub type Api = Client<String, String, String>;
@@ -54,16 +54,20 @@ pub async fn read(endpoint: &Endpoint, vhost: &str) -> Result<Live> {
         Live { bindings: Some(BTreeSet::new()), version: Some(overview.rabbitmq_version), ..Live::default() };
     for e in exchanges {
         let arguments = arguments(&e.arguments.0);
-        let exchange =
-            LiveExchange { kind: e.exchange_type, durable: e.durable, auto_delete: e.auto_delete, arguments };
-        live.exchanges.insert(e.name, exchange);
+        let exchange = LiveExchange {
+            kind: e.exchange_type.as_str().into(),
+            durable: e.durable,
+            auto_delete: e.auto_delete,
+            arguments,
+        };
+        live.exchanges.insert(e.name.into(), exchange);
     }
     for q in queues {
         let mut arguments = arguments(&q.arguments.0);
         // Older brokers leave out `x-queue-type` for queues declared without it.
         arguments.entry("x-queue-type".into()).or_insert_with(|| ArgValue::Str(q.queue_type.clone()));
         live.queues.insert(
-            q.name.clone(),
+            q.name.as_str().into(),
             LiveQueue {
                 durable: q.durable,
                 auto_delete: q.auto_delete,
@@ -79,24 +83,20 @@ pub async fn read(endpoint: &Endpoint, vhost: &str) -> Result<Live> {
     }
     let set = live.bindings.as_mut().expect("set above");
     for b in bindings {
-        let to_exchange = b.destination_type == BindingDestinationType::Exchange;
-        if !to_exchange && !b.source.is_empty() {
-            set.insert(Binding {
-                source: b.source.clone(),
-                destination: b.destination.clone(),
-                routing_key: b.routing_key.clone(),
-            });
+        // The default exchange's implicit bindings are not bindings anyone can change.
+        if b.source.is_empty() {
+            continue;
         }
-        if !b.source.is_empty() {
-            let arguments = arguments(&b.arguments.0);
-            live.routes.push(Route {
-                source: b.source,
-                destination: b.destination,
-                to_exchange,
-                routing_key: b.routing_key,
-                arguments,
-            });
-        }
+        let destination = match b.destination_type {
+            BindingDestinationType::Exchange => Destination::Exchange(b.destination.into()),
+            _ => Destination::Queue(b.destination.into()),
+        };
+        set.insert(Binding {
+            source: b.source.into(),
+            destination,
+            routing_key: b.routing_key,
+            arguments: arguments(&b.arguments.0),
+        });
     }
     Ok(live)
 }
@@ -138,11 +138,13 @@ fn arguments(map: &serde_json::Map<String, serde_json::Value>) -> Arguments {
 }
 
 fn arg(v: &serde_json::Value) -> Option<ArgValue> {
-    match v {
-        serde_json::Value::String(s) => Some(ArgValue::Str(s.clone())),
-        serde_json::Value::Number(n) => n.as_i64().map(ArgValue::Int),
-        other => Some(ArgValue::Str(other.to_string())),
-    }
+    Some(match v {
+        serde_json::Value::String(s) => ArgValue::Str(s.clone()),
+        serde_json::Value::Bool(b) => ArgValue::Bool(*b),
+        serde_json::Value::Number(n) => n.as_i64().map_or_else(|| ArgValue::Other(n.to_string()), ArgValue::Int),
+        serde_json::Value::Null => return None,
+        other => ArgValue::Other(other.to_string()),
+    })
 }
 
 /// Creates a vhost (tests and quickstarts; `apply` itself never creates one).

@@ -50,6 +50,11 @@ impl Endpoint {
         &self.nodes[0].authority.userinfo.password
     }
 
+    /// The management API and user, as a refusal's commands name them.
+    pub fn admin(&self) -> crate::plan::Admin {
+        crate::plan::Admin { management_url: redact(&self.management_url), user: self.username().to_string() }
+    }
+
     /// The first node's address, safe to print.
     pub fn describe(&self) -> String {
         let n = &self.nodes[0];

@@ -3,15 +3,16 @@
 use std::collections::BTreeMap;
 
 use anyhow::Result;
-use serde::Serialize;
 
 use super::{BrokerArgs, SpecArgs};
 use crate::Exit;
-use crate::broker::{amqp, http};
 use crate::compile::compile;
 use crate::model::Object;
+use crate::ops::apply::{Report, Request};
+use crate::ops::{self, apply::ReadFrom};
 use crate::output::{self, Format};
-use crate::plan::{self, Step};
+use crate::plan::{Action, Step, WayOut};
+use crate::policy::Source;
 
 /// Converge the broker to the spec. Nothing holding messages is ever deleted.
 #[derive(Debug, clap::Args)]
@@ -38,27 +39,6 @@ pub struct Args {
     pub show_unchanged: bool,
 }
 
-#[derive(Serialize)]
-struct Report<'a> {
-    dry_run: bool,
-    applied: bool,
-    vhosts: Vec<VhostReport<'a>>,
-}
-
-#[derive(Serialize)]
-struct VhostReport<'a> {
-    vhost: &'a str,
-    /// `management_api`, or `amqp` when the management API could not be used.
-    read_from: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    note: Option<String>,
-    steps: &'a [Step],
-    /// Policies that make a queue behave otherwise than the spec says; apply cannot change them.
-    overrides: &'a [plan::Override],
-    /// Steps the broker refused while applying, with its reason.
-    refused: Vec<(usize, String)>,
-}
-
 pub fn run(args: Args, format: Format) -> Result<Exit> {
     let spec = match args.spec.load()? {
         Ok(spec) => spec,
@@ -66,99 +46,28 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
     };
     let endpoint = args.broker.endpoint()?;
     let compiled = compile(&spec);
-    let by_vhost = super::by_vhost(&compiled);
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    runtime.block_on(async {
-        // Plan every vhost before changing any: a conflict anywhere stops the whole run.
-        let mut work = Vec::new();
-        for (vhost, topologies) in &by_vhost {
-            let mut session = amqp::Session::connect(&endpoint, vhost).await?;
-            let (mut live, read_from, note) = match http::read(&endpoint, vhost).await {
-                Ok(mut live) => {
-                    super::exact_counts(&mut session, &mut live, topologies).await?;
-                    (live, "management_api", None)
-                }
-                Err(e) => {
-                    let live = session.probe(&plan::desired(topologies)).await?;
-                    let note = format!(
-                        "{e:#}; read over AMQP instead: bindings are declared again (idempotent), and queues left over by earlier specs cannot be listed"
-                    );
-                    (live, "amqp", Some(note))
-                }
-            };
-            let mut plan = plan::plan(vhost, topologies, &live, args.prune);
-            // A refusal says how many messages the queue holds: count them exactly.
-            let conflicting: Vec<String> = plan
-                .conflicts()
-                .filter_map(|s| match s {
-                    Step::Conflict { object: Object::Queue(q), .. } => Some(q.name.clone()),
-                    _ => None,
-                })
-                .collect();
-            if !conflicting.is_empty() {
-                for name in conflicting {
-                    if let (Some(q), Some((messages, _))) = (live.queues.get_mut(&name), session.queue_counts(&name).await?) {
-                        q.messages = Some(messages.max(q.messages.unwrap_or(0)));
-                    }
-                }
-                plan = plan::plan(vhost, topologies, &live, args.prune);
-            }
-            work.push((session, plan, read_from, note));
-        }
-
-        let conflicts = work.iter().map(|(_, p, _, _)| p.conflicts().count()).sum::<usize>();
-        let apply = conflicts == 0 && !args.dry_run;
-        let mut refused_total = 0;
-        let mut refusals = Vec::new();
-        for (session, plan, _, _) in &mut work {
-            let mut refused = Vec::new();
-            if apply {
-                for (i, outcome) in session.execute(plan).await? {
-                    if let amqp::Outcome::Refused(reason) = outcome {
-                        refused.push((i, reason));
-                    }
-                }
-            }
-            refused_total += refused.iter().filter(|(i, _)| !matches!(plan.steps[*i], Step::Delete { .. })).count();
-            refusals.push(refused);
-        }
-
-        let report = Report {
-            dry_run: args.dry_run,
-            applied: apply,
-            vhosts: work
-                .iter()
-                .zip(refusals)
-                .map(|((_, plan, read_from, note), refused)| VhostReport {
-                    vhost: &plan.vhost,
-                    read_from,
-                    note: note.clone(),
-                    steps: &plan.steps,
-                    overrides: &plan.overrides,
-                    refused,
-                })
-                .collect(),
-        };
-        match format {
-            Format::Json => output::json(&report)?,
-            Format::Table => print_report(&report, args.show_unchanged)?,
-        }
-        for (session, _, _, _) in work {
-            session.close().await;
-        }
-        Ok(if conflicts > 0 || refused_total > 0 { Exit::Conflict } else { Exit::Ok })
-    })
+    let by_vhost: Vec<_> = ops::by_vhost(&compiled).into_iter().collect();
+    let report = ops::apply::run(&endpoint, &by_vhost, &Request { dry_run: args.dry_run, prune: args.prune })?;
+    match format {
+        Format::Json => output::json(&report)?,
+        Format::Table => print_report(&report, args.show_unchanged)?,
+    }
+    Ok(if report.conflicts() > 0 || report.refused() > 0 { Exit::Conflict } else { Exit::Ok })
 }
 
 fn print_report(report: &Report, show_unchanged: bool) -> Result<()> {
-    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut counts: BTreeMap<Action, usize> = BTreeMap::new();
     for v in &report.vhosts {
-        let mut lines = vec![format!("vhost {} (read through {})", v.vhost, v.read_from.replace('_', " "))];
+        let read = match v.read_from {
+            ReadFrom::ManagementApi => "management API",
+            ReadFrom::Amqp => "amqp",
+        };
+        let mut lines = vec![format!("vhost {} (read through {read})", output::safe(&v.vhost))];
         if let Some(note) = &v.note {
             lines.push(format!("  note: {note}"));
         }
         for (i, step) in v.steps.iter().enumerate() {
-            *counts.entry(action(step)).or_default() += 1;
+            *counts.entry(step.action()).or_default() += 1;
             if matches!(step, Step::InSync { .. }) && !show_unchanged {
                 continue;
             }
@@ -167,69 +76,47 @@ fn print_report(report: &Report, show_unchanged: bool) -> Result<()> {
                 lines.push(format!("      refused by the broker: {reason}"));
             }
         }
-        for o in v.overrides {
-            let who = if o.source == crate::policy::Source::OperatorPolicy { "operator policy" } else { "policy" };
+        for o in &v.overrides {
+            let who = if o.source == Source::OperatorPolicy { "operator policy" } else { "policy" };
             lines.push(format!(
                 "  {} warning   queue    {}: {} is {} here but {who} `{}` makes it {}; apply cannot change a policy",
                 output::paint("~", "35"),
-                o.queue,
-                o.key,
-                o.spec.as_deref().unwrap_or("(not set)"),
-                o.policy,
+                output::safe(&o.queue),
+                o.setting,
+                o.spec.as_ref().map_or("(not set)".to_string(), ToString::to_string),
+                output::safe(&o.policy),
                 o.effective
             ));
         }
         output::print(&lines.join("\n"))?;
     }
+    let count = |a: Action| counts.get(&a).copied().unwrap_or(0);
     let total: usize = counts.values().sum();
-    let conflicts = counts.get("conflict").copied().unwrap_or(0);
-    let changes =
-        ["create", "ensure", "unbind", "delete"].iter().map(|a| counts.get(a).copied().unwrap_or(0)).sum::<usize>();
-    let summary: Vec<_> = counts.iter().map(|(a, n)| format!("{n} {a}")).collect();
-    // A prune deletion the broker refused (the queue is no longer empty) is not a stop: the queue
-    // was kept, which is what a refusal is for; its line says so.
-    let refused: usize = report
-        .vhosts
-        .iter()
-        .map(|v| v.refused.iter().filter(|(i, _)| !matches!(v.steps[*i], Step::Delete { .. })).count())
-        .sum();
-    let last = if conflicts > 0 {
-        format!("Refused: {conflicts} conflict(s) with the broker; nothing was changed. ({})", summary.join(", "))
+    let changes: usize = counts.iter().filter(|(a, _)| a.changes()).map(|(_, n)| n).sum();
+    let summary: Vec<_> = counts.iter().map(|(a, n)| format!("{n} {}", a.as_str())).collect();
+    let summary = summary.join(", ");
+    let last = if report.conflicts() > 0 {
+        format!("Refused: {} conflict(s) with the broker; nothing was changed. ({summary})", report.conflicts())
     } else if report.dry_run {
-        format!("Dry run: nothing was changed. Plan: {}.", summary.join(", "))
-    } else if refused > 0 {
-        format!(
-            "Stopped: the broker refused {refused} step(s); steps before them were applied. ({})",
-            summary.join(", ")
-        )
-    } else if changes == 0 && counts.contains_key("extra") {
+        format!("Dry run: nothing was changed. Plan: {summary}.")
+    } else if report.refused() > 0 {
+        format!("Stopped: the broker refused {} step(s); steps before them were applied. ({summary})", report.refused())
+    } else if changes == 0 && count(Action::Extra) > 0 {
         format!(
             "No changes: everything the spec has is in place ({total} objects checked); {} left-over queue(s) kept, see above.",
-            counts["extra"]
+            count(Action::Extra)
         )
     } else if changes == 0 {
         format!("No changes: the broker already matches the spec ({total} objects checked).")
-    } else if changes == counts.get("ensure").copied().unwrap_or(0) && counts.contains_key("in sync") {
+    } else if changes == count(Action::Ensure) && count(Action::InSync) > 0 {
         format!(
             "No changes found: every exchange and queue was already there ({total} objects checked); bindings were declared again, since they cannot be listed without the management API."
         )
     } else {
-        format!("Applied: {}.", summary.join(", "))
+        format!("Applied: {summary}.")
     };
     output::print(&last)?;
     Ok(())
-}
-
-fn action(step: &Step) -> &'static str {
-    match step {
-        Step::Create { .. } => "create",
-        Step::InSync { .. } => "in sync",
-        Step::Ensure { .. } => "ensure",
-        Step::Conflict { .. } => "conflict",
-        Step::Unbind { .. } => "unbind",
-        Step::Extra { .. } => "extra",
-        Step::Delete { .. } => "delete",
-    }
 }
 
 fn object_line(symbol: &str, colour: &str, verb: &str, object: &Object) -> String {
@@ -241,7 +128,13 @@ fn object_line(symbol: &str, colour: &str, verb: &str, object: &Object) -> Strin
         Object::Exchange(e) => format!("  [type={}]", e.kind),
         Object::Binding(_) => String::new(),
     };
-    format!("  {} {verb:<9} {:<8} {}{detail}", output::paint(symbol, colour), object.kind(), object.name())
+    format!(
+        "  {} {verb:<9} {:<8} {}{}",
+        output::paint(symbol, colour),
+        object.kind(),
+        output::safe(&object.to_string()),
+        output::safe(&detail)
+    )
 }
 
 fn describe(step: &Step) -> String {
@@ -254,34 +147,58 @@ fn describe(step: &Step) -> String {
                 "  {} conflict  {:<8} {}: it cannot be changed in place",
                 output::paint("!", "31"),
                 object.kind(),
-                object.name()
+                output::safe(&object.to_string())
             )];
             for d in differences {
                 lines.push(format!(
                     "      argument {}: the broker has {}, the spec wants {}",
-                    d.argument,
-                    d.live.as_deref().unwrap_or("(not set)"),
-                    d.spec.as_deref().unwrap_or("(not set)")
+                    d.property,
+                    d.live.as_ref().map_or("(not set)".to_string(), ToString::to_string),
+                    d.spec.as_ref().map_or("(not set)".to_string(), ToString::to_string)
                 ));
             }
             lines.push("      safe ways out:".to_string());
-            lines.extend(ways_out.iter().map(|w| format!("        - {w}")));
+            lines.extend(ways_out.iter().map(|w| way_out(w, "        ")));
+            lines.push(
+                "      (hopper never deletes or redeclares a queue that holds messages to change its arguments)".into(),
+            );
             lines.join("\n")
         }
-        Step::Unbind { binding } => format!("  {} unbind    binding  {binding}", output::paint("-", "33")),
+        Step::Unbind { binding } => {
+            format!("  {} unbind    binding  {}", output::paint("-", "33"), output::safe(&binding.to_string()))
+        }
         Step::Delete { queue, .. } => {
-            format!("  {} delete    queue    {queue}  (empty and unused)", output::paint("-", "31"))
+            format!("  {} delete    queue    {}  (empty and unused)", output::paint("-", "31"), output::safe(queue))
         }
         Step::Extra { queue, messages, consumers, drains_into, kept_because } => {
             let count = |n: &Option<u64>| n.map_or("?".to_string(), |n| n.to_string());
             let drains = drains_into.as_ref().map(|d| format!(", drains into {d}")).unwrap_or_default();
             format!(
-                "  {} extra     queue    {queue}  ({} message(s), {} consumer(s){drains}); kept: {}",
+                "  {} extra     queue    {}  ({} message(s), {} consumer(s){drains}); kept: {}",
                 output::paint("~", "33"),
+                output::safe(queue),
                 count(messages),
                 count(consumers),
                 kept_because.as_deref().unwrap_or("")
             )
         }
     }
+}
+
+/// A way out as lines: what to do, then what to paste, indented so it copies cleanly.
+pub fn way_out(w: &WayOut, indent: &str) -> String {
+    let mut lines = vec![format!("{indent}- {}", output::safe(&w.says))];
+    if let Some(edit) = &w.spec {
+        lines.push(format!("{indent}  in {}, {}:", output::safe(&edit.file), output::safe(&edit.table)));
+        for line in &edit.set {
+            lines.push(format!("{indent}      {}", output::safe(line)));
+        }
+        for key in &edit.remove {
+            lines.push(format!("{indent}  and remove `{key}` (from [defaults] too, if it is set there)"));
+        }
+    }
+    if let Some(command) = &w.command {
+        lines.push(format!("{indent}  $ {}", output::safe(command)));
+    }
+    lines.join("\n")
 }

@@ -30,9 +30,9 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
         let t = &c.topology;
         output::print(&format!(
             "topology {} (vhost {}, {} {}, {} attempt(s))",
-            t.name,
-            t.vhost,
-            t.strategy_name(),
+            output::safe(&t.name),
+            output::safe(&t.vhost),
+            t.strategy.as_str(),
             t.queue_type.as_str(),
             t.max_attempts
         ))?;
@@ -47,10 +47,14 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
                 Object::Binding(b) => format!("routing key {:?}", b.routing_key),
             };
             let name = match o {
-                Object::Binding(b) => format!("{} -> {}", b.source, b.destination),
-                other => other.name(),
+                Object::Binding(b) => format!("{} -> {}", b.source, b.destination.name()),
+                other => other.to_string(),
             };
-            table.add_row(vec![o.kind().to_string(), name, details]);
+            table.add_row(vec![
+                o.kind().to_string(),
+                output::safe(&name).into_owned(),
+                output::safe(&details).into_owned(),
+            ]);
         }
         output::print(&table.to_string())?;
     }

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use super::SpecArgs;
 use crate::Exit;
 use crate::compile::{CompiledTopology, compile};
-use crate::model::Object;
+use crate::model::{Destination, Object};
 use crate::output;
 use crate::plan;
 
@@ -51,10 +51,16 @@ pub fn definitions(compiled: &[CompiledTopology]) -> Value {
                     "name": e.name, "vhost": vhost, "type": e.kind, "durable": e.durable, "auto_delete": false,
                     "internal": false, "arguments": {},
                 })),
-                Object::Binding(b) => bindings.push(json!({
-                    "source": b.source, "vhost": vhost, "destination": b.destination, "destination_type": "queue",
-                    "routing_key": b.routing_key, "arguments": {},
-                })),
+                Object::Binding(b) => {
+                    let (destination, destination_type) = match &b.destination {
+                        Destination::Queue(q) => (q.as_str(), "queue"),
+                        Destination::Exchange(e) => (e.as_str(), "exchange"),
+                    };
+                    bindings.push(json!({
+                        "source": b.source, "vhost": vhost, "destination": destination,
+                        "destination_type": destination_type, "routing_key": b.routing_key, "arguments": b.arguments,
+                    }))
+                }
             }
         }
     }

@@ -1,16 +1,19 @@
 //! `hopper graph`: where messages go, as DOT or Mermaid, for a spec or a live vhost. Bindings
-//! are solid arrows; dead-letter routes dashed, labelled with the reasons that take them.
+//! are solid arrows; dead-letter routes dashed, labelled with the reasons that take them. Every
+//! object is its own node, whatever its name: ids are numbers, names are only ever labels, and
+//! labels are escaped for the language they are written in.
 
+use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use anyhow::Result;
 
 use super::{BrokerArgs, SpecArgs};
 use crate::Exit;
-use crate::broker::http;
 use crate::compile::compile;
+use crate::model::{Destination, ExchangeName, QueueName};
 use crate::network::{DeadLetter, Network, Reason};
-use crate::output;
+use crate::{ops, output};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Style {
@@ -45,27 +48,38 @@ pub fn run(args: Args) -> Result<Exit> {
     let networks: Vec<(String, Network)> = if args.live {
         let vhost = args.vhost.clone().unwrap_or_else(|| "/".into());
         let endpoint = args.broker.endpoint()?;
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-        let live = runtime.block_on(http::read(&endpoint, &vhost))?;
+        let live = ops::runtime()?.block_on(crate::broker::http::read(&endpoint, &vhost))?;
         let mut network = Network::from_live(&live);
         // The broker's own exchanges say nothing about where messages go unless something uses
         // them; the default exchange appears on dead-letter edges ("via default exchange").
-        let used: std::collections::BTreeSet<String> = network
-            .routes
+        let mut used: std::collections::BTreeSet<ExchangeName> = network
+            .bindings()
             .iter()
-            .flat_map(|r| [r.source.clone(), r.destination.clone()])
-            .chain(network.queues.keys().filter_map(|q| network.text(q, "dead-letter-exchange")))
+            .flat_map(|b| {
+                let to = match &b.destination {
+                    Destination::Exchange(e) => Some(e.clone()),
+                    Destination::Queue(_) => None,
+                };
+                std::iter::once(b.source.clone()).chain(to)
+            })
             .collect();
-        network.exchanges.retain(|name, _| !name.is_empty() && (!name.starts_with("amq.") || used.contains(name)));
+        used.extend(
+            network
+                .queues
+                .keys()
+                .filter_map(|q| network.text(q, crate::policy::Setting::DeadLetterExchange))
+                .map(ExchangeName::from),
+        );
+        network.exchanges.retain(|name, _| !name.is_default() && (!name.starts_with("amq.") || used.contains(name)));
         vec![(vhost, network)]
     } else {
-        let spec_args = super::SpecArgs { specs: args.specs.clone(), vhost: args.vhost.clone() };
-        let spec = match SpecArgs::load(&spec_args)? {
+        let spec_args = SpecArgs { specs: args.specs.clone(), vhost: args.vhost.clone() };
+        let spec = match spec_args.load()? {
             Ok(spec) => spec,
             Err(exit) => return Ok(exit),
         };
         let compiled = compile(&spec);
-        super::by_vhost(&compiled).into_iter().map(|(v, t)| (v.to_string(), Network::from_compiled(&t))).collect()
+        ops::by_vhost(&compiled).into_iter().map(|(v, t)| (v.to_string(), Network::from_compiled(&t))).collect()
     };
     let text = match args.style {
         Style::Dot => dot(&networks),
@@ -75,64 +89,122 @@ pub fn run(args: Args) -> Result<Exit> {
     Ok(Exit::Ok)
 }
 
-/// Dead-letter edges: (from queue, to queue, label).
-fn dead_letter_edges(n: &Network) -> Vec<(String, String, String)> {
+/// A node of the drawing.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Node {
+    Exchange(ExchangeName),
+    Queue(QueueName),
+}
+
+/// What one vhost draws: nodes with their ids and labels, and edges between ids.
+struct Drawing {
+    /// (id, node, label, shape is a box)
+    nodes: Vec<(String, String, bool)>,
+    /// (from id, to id, label, is a dead-letter route)
+    edges: Vec<(String, String, String, bool)>,
+}
+
+fn drawing(v: usize, n: &Network) -> Drawing {
+    let mut ids: BTreeMap<Node, String> = BTreeMap::new();
+    let mut nodes = Vec::new();
+    let mut id = |node: Node, nodes: &mut Vec<(String, String, bool)>| -> String {
+        if let Some(id) = ids.get(&node) {
+            return id.clone();
+        }
+        let new = format!("v{v}n{}", ids.len());
+        let (label, boxed) = match &node {
+            Node::Exchange(name) => {
+                let kind = n.exchanges.get(name).map_or("not declared".to_string(), |e| e.kind.to_string());
+                (format!("{name}\n({kind})"), true)
+            }
+            Node::Queue(name) => (name.to_string(), false),
+        };
+        nodes.push((new.clone(), label, boxed));
+        ids.insert(node, new.clone());
+        new
+    };
+    for name in n.exchanges.keys() {
+        id(Node::Exchange(name.clone()), &mut nodes);
+    }
+    for name in n.queues.keys() {
+        id(Node::Queue(name.clone()), &mut nodes);
+    }
     let mut edges = Vec::new();
+    for b in n.bindings() {
+        let from = id(Node::Exchange(b.source.clone()), &mut nodes);
+        let to = match &b.destination {
+            Destination::Exchange(e) => id(Node::Exchange(e.clone()), &mut nodes),
+            Destination::Queue(q) => id(Node::Queue(q.clone()), &mut nodes),
+        };
+        edges.push((from, to, b.routing_key.clone(), false));
+    }
     for name in n.queues.keys() {
         let reasons: Vec<&str> =
             Reason::ALL.iter().filter(|r| n.can_dead_letter(name, **r)).map(|r| r.as_str()).collect();
         if let DeadLetter::Routed { exchange, routing_key, queues, .. } = n.dead_letter(name) {
-            let via = if exchange.is_empty() { "default exchange".to_string() } else { exchange };
-            let key = routing_key.map(|k| format!(" \\\"{k}\\\"")).unwrap_or_default();
+            let via = if exchange.is_default() { "default exchange".to_string() } else { exchange.to_string() };
+            let key = routing_key.map(|k| format!(" {k:?}")).unwrap_or_default();
+            let from = id(Node::Queue(name.clone()), &mut nodes);
             for q in queues {
-                edges.push((name.clone(), q, format!("{} via {via}{key}", reasons.join(", "))));
+                let to = id(Node::Queue(q), &mut nodes);
+                edges.push((from.clone(), to, format!("dead-letter: {} via {via}{key}", reasons.join(", ")), true));
             }
         }
     }
-    edges
+    Drawing { nodes, edges }
 }
 
-fn id(kind: &str, name: &str) -> String {
-    let safe: String = name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
-    format!("{kind}_{safe}")
+/// A DOT double-quoted string: `"` and `\` escaped, line breaks as DOT's `\n`, other control
+/// characters shown as escapes rather than written raw.
+pub fn dot_string(text: &str) -> String {
+    let mut s = String::from("\"");
+    for c in text.chars() {
+        match c {
+            '"' => s.push_str("\\\""),
+            '\\' => s.push_str("\\\\"),
+            '\n' => s.push_str("\\n"),
+            c if c.is_control() => {
+                let _ = write!(s, "\\\\u{{{:x}}}", c as u32);
+            }
+            c => s.push(c),
+        }
+    }
+    s.push('"');
+    s
+}
+
+/// A Mermaid quoted label: every character Mermaid gives a meaning to written as an entity code.
+pub fn mermaid_string(text: &str) -> String {
+    let mut s = String::from("\"");
+    for c in text.chars() {
+        match c {
+            '"' | '#' | '|' | '<' | '>' | '&' | '`' | '[' | ']' | '{' | '}' | '(' | ')' | ';' => {
+                let _ = write!(s, "#{};", c as u32);
+            }
+            '\n' => s.push_str("<br>"),
+            c if c.is_control() => {
+                let _ = write!(s, "\\u{{{:x}}}", c as u32);
+            }
+            c => s.push(c),
+        }
+    }
+    s.push('"');
+    s
 }
 
 pub fn dot(networks: &[(String, Network)]) -> String {
     let mut s = String::from("digraph hopper {\n  rankdir=LR;\n  node [fontname=\"Helvetica\"];\n");
-    for (vhost, n) in networks {
-        let _ = writeln!(s, "  subgraph \"cluster_{}\" {{\n    label=\"vhost {vhost}\";", id("v", vhost));
-        for (name, e) in &n.exchanges {
-            let _ = writeln!(
-                s,
-                "    {} [shape=box, label=\"{name}\\n({})\"];",
-                id("x", &format!("{vhost}/{name}")),
-                e.kind
-            );
-        }
-        for name in n.queues.keys() {
-            let _ = writeln!(s, "    {} [shape=ellipse, label=\"{name}\"];", id("q", &format!("{vhost}/{name}")));
+    for (v, (vhost, n)) in networks.iter().enumerate() {
+        let d = drawing(v, n);
+        let _ = writeln!(s, "  subgraph cluster_v{v} {{\n    label={};", dot_string(&format!("vhost {vhost}")));
+        for (id, label, boxed) in &d.nodes {
+            let shape = if *boxed { "box" } else { "ellipse" };
+            let _ = writeln!(s, "    {id} [shape={shape}, label={}];", dot_string(label));
         }
         s.push_str("  }\n");
-        for r in &n.routes {
-            let to = if r.to_exchange {
-                id("x", &format!("{vhost}/{}", r.destination))
-            } else {
-                id("q", &format!("{vhost}/{}", r.destination))
-            };
-            let _ = writeln!(
-                s,
-                "  {} -> {to} [label=\"{}\"];",
-                id("x", &format!("{vhost}/{}", r.source)),
-                r.routing_key.replace('"', "\\\"")
-            );
-        }
-        for (from, to, label) in dead_letter_edges(n) {
-            let _ = writeln!(
-                s,
-                "  {} -> {} [style=dashed, color=red, fontcolor=red, label=\"dead-letter: {label}\"];",
-                id("q", &format!("{vhost}/{from}")),
-                id("q", &format!("{vhost}/{to}"))
-            );
+        for (from, to, label, dead_letter) in &d.edges {
+            let style = if *dead_letter { "style=dashed, color=red, fontcolor=red, " } else { "" };
+            let _ = writeln!(s, "  {from} -> {to} [{style}label={}];", dot_string(label));
         }
     }
     s.push_str("}\n");
@@ -141,33 +213,57 @@ pub fn dot(networks: &[(String, Network)]) -> String {
 
 pub fn mermaid(networks: &[(String, Network)]) -> String {
     let mut s = String::from("flowchart LR\n");
-    for (vhost, n) in networks {
-        let _ = writeln!(s, "  subgraph {}[\"vhost {vhost}\"]", id("v", vhost));
-        for (name, e) in &n.exchanges {
-            let _ = writeln!(s, "    {}[\"{name} ({})\"]", id("x", &format!("{vhost}/{name}")), e.kind);
-        }
-        for name in n.queues.keys() {
-            let _ = writeln!(s, "    {}([\"{name}\"])", id("q", &format!("{vhost}/{name}")));
+    for (v, (vhost, n)) in networks.iter().enumerate() {
+        let d = drawing(v, n);
+        let _ = writeln!(s, "  subgraph v{v}[{}]", mermaid_string(&format!("vhost {vhost}")));
+        for (id, label, boxed) in &d.nodes {
+            let label = mermaid_string(label);
+            let _ = if *boxed { writeln!(s, "    {id}[{label}]") } else { writeln!(s, "    {id}([{label}])") };
         }
         s.push_str("  end\n");
-        for r in &n.routes {
-            let to = if r.to_exchange {
-                id("x", &format!("{vhost}/{}", r.destination))
+        for (from, to, label, dead_letter) in &d.edges {
+            let label = mermaid_string(if label.is_empty() { "\"\"" } else { label });
+            let _ = if *dead_letter {
+                writeln!(s, "  {from} -. {label} .-> {to}")
             } else {
-                id("q", &format!("{vhost}/{}", r.destination))
+                writeln!(s, "  {from} -- {label} --> {to}")
             };
-            let key = if r.routing_key.is_empty() { "#quot;#quot;".to_string() } else { r.routing_key.clone() };
-            let _ = writeln!(s, "  {} -->|{key}| {to}", id("x", &format!("{vhost}/{}", r.source)));
-        }
-        for (from, to, label) in dead_letter_edges(n) {
-            let label = label.replace("\\\"", "#quot;");
-            let _ = writeln!(
-                s,
-                "  {} -. \"dead-letter: {label}\" .-> {}",
-                id("q", &format!("{vhost}/{from}")),
-                id("q", &format!("{vhost}/{to}"))
-            );
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec_networks(toml: &str) -> Vec<(String, Network)> {
+        let spec = crate::spec::from_str("t.toml", toml).unwrap_or_else(|e| panic!("{}", e.render_plain()));
+        let compiled = compile(&spec);
+        ops::by_vhost(&compiled).into_iter().map(|(v, t)| (v.to_string(), Network::from_compiled(&t))).collect()
+    }
+
+    #[test]
+    fn names_that_looked_alike_as_ids_are_distinct_nodes() {
+        let nets = spec_networks(
+            "[topology.a]\nqueue = \"svc.a\"\nmax_attempts = 1\n[topology.b]\nqueue = \"svc_a\"\nmax_attempts = 1\n[topology.c]\nqueue = \"é\"\nmax_attempts = 1\n[topology.d]\nqueue = \"ü\"\nmax_attempts = 1\n",
+        );
+        let d = drawing(0, &nets[0].1);
+        let ids: std::collections::BTreeSet<_> = d.nodes.iter().map(|(id, _, _)| id).collect();
+        assert_eq!(ids.len(), d.nodes.len());
+        let labels: Vec<_> = d.nodes.iter().map(|(_, l, _)| l.as_str()).collect();
+        for name in ["svc.a", "svc_a", "é", "ü"] {
+            assert!(labels.contains(&name), "{name} in {labels:?}");
+        }
+    }
+
+    #[test]
+    fn labels_are_escaped_for_each_language() {
+        assert_eq!(dot_string("a\"b\\c"), r#""a\"b\\c""#);
+        let m = mermaid_string("x\"|#y");
+        assert!(!m[1..m.len() - 1].contains(['"', '|']), "{m}");
+        assert_eq!(m, "\"x#34;#124;#35;y\"");
+        assert!(!dot_string("\u{1b}[31m").contains('\u{1b}'));
+        assert!(!mermaid_string("\u{1b}[31m").contains('\u{1b}'));
+    }
 }

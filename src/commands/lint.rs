@@ -24,7 +24,7 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
     };
     let compiled = compile(&spec);
     let findings: Vec<Finding> =
-        super::by_vhost(&compiled).values().flat_map(|t| hazard::check(&Network::from_compiled(t))).collect();
+        crate::ops::by_vhost(&compiled).values().flat_map(|t| hazard::check(&Network::from_compiled(t))).collect();
     match format {
         Format::Json => output::json(&findings)?,
         Format::Table => {
@@ -45,5 +45,5 @@ pub fn describe(f: &Finding) -> String {
         hazard::Severity::Error => output::paint("error", "31"),
         hazard::Severity::Warning => output::paint("warning", "33"),
     };
-    format!("{severity} [{}] {}\n    because: {}", f.rule, f.message, f.because)
+    format!("{severity} [{}] {}\n    because: {}", f.rule, output::safe(&f.message), f.because)
 }

@@ -116,39 +116,3 @@ pub fn run(cli: Cli) -> Result<Exit> {
         Command::Lint(args) => lint::run(args, cli.format),
     }
 }
-
-/// The management API's message counts lag by seconds, and a passive declaration does not count
-/// a quorum queue's dead letters still waiting to be confirmed elsewhere: a queue left over by an
-/// earlier spec is judged by the larger of the two.
-pub(crate) async fn exact_counts(
-    session: &mut crate::broker::amqp::Session,
-    live: &mut crate::plan::Live,
-    topologies: &[&crate::compile::CompiledTopology],
-) -> Result<()> {
-    // Only left-overs: a queue the spec still has is never pruned, so its count does not matter.
-    let wanted: std::collections::BTreeSet<String> = crate::plan::desired(topologies)
-        .into_iter()
-        .filter_map(|o| if let crate::model::Object::Queue(q) = o { Some(q.name) } else { None })
-        .collect();
-    for (name, queue) in live.queues.iter_mut() {
-        if !wanted.contains(name)
-            && topologies.iter().any(|t| crate::plan::left_over(&t.topology, name, queue).is_some())
-            && let Some((messages, consumers)) = session.queue_counts(name).await?
-        {
-            queue.messages = Some(messages.max(queue.messages.unwrap_or(0)));
-            queue.consumers = Some(consumers.max(queue.consumers.unwrap_or(0)));
-        }
-    }
-    Ok(())
-}
-
-/// The compiled topologies grouped by vhost, in vhost order.
-pub(crate) fn by_vhost(
-    compiled: &[crate::compile::CompiledTopology],
-) -> std::collections::BTreeMap<&str, Vec<&crate::compile::CompiledTopology>> {
-    let mut groups: std::collections::BTreeMap<&str, Vec<_>> = std::collections::BTreeMap::new();
-    for c in compiled {
-        groups.entry(c.topology.vhost.as_str()).or_default().push(c);
-    }
-    groups
-}

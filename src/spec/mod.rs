@@ -11,7 +11,9 @@ use std::time::Duration;
 use serde::Serialize;
 
 pub use crate::diagnostic::{Diagnostic, FileId, Sources, SpecError};
-pub use duration::format_duration;
+pub use duration::{format_duration, parse as parse_duration};
+
+use crate::model::{ExchangeName, QueueName};
 
 /// The largest TTL RabbitMQ accepts (`rabbit_misc:check_expiry`): ten years in milliseconds.
 pub const MAX_TTL_MS: u128 = 315_360_000_000;
@@ -33,7 +35,7 @@ pub struct Spec {
 pub struct Topology {
     pub name: String,
     pub vhost: String,
-    pub exchange: String,
+    pub exchange: ExchangeName,
     pub exchange_type: ExchangeType,
     pub routing_keys: Vec<String>,
     /// The wait before each retry hop: `hop_delays[0]` follows the first failed delivery.
@@ -42,12 +44,15 @@ pub struct Topology {
     pub max_attempts: u32,
     pub strategy: Strategy,
     pub queue_type: QueueType,
-    pub queue: String,
-    pub retry_exchange: String,
-    pub dead_letter_exchange: String,
-    pub dead_letter_queue: String,
-    /// Only for quorum queues.
+    pub queue: QueueName,
+    pub retry_exchange: ExchangeName,
+    pub dead_letter_exchange: ExchangeName,
+    pub dead_letter_queue: QueueName,
+    /// As the spec sets it (quorum queues only); see `effective_delivery_limit`.
     pub delivery_limit: Option<i64>,
+    /// The file that defines the topology.
+    #[serde(skip)]
+    pub file: PathBuf,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -64,6 +69,16 @@ impl ExchangeType {
             ExchangeType::Direct => "direct",
             ExchangeType::Topic => "topic",
             ExchangeType::Fanout => "fanout",
+        }
+    }
+}
+
+impl From<ExchangeType> for crate::model::ExchangeType {
+    fn from(t: ExchangeType) -> Self {
+        match t {
+            ExchangeType::Direct => crate::model::ExchangeType::Direct,
+            ExchangeType::Topic => crate::model::ExchangeType::Topic,
+            ExchangeType::Fanout => crate::model::ExchangeType::Fanout,
         }
     }
 }
@@ -89,15 +104,6 @@ impl QueueType {
             QueueType::Classic => "classic",
         }
     }
-}
-
-/// What a generated queue name says about the queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GeneratedName {
-    /// A wait queue; chain wait queues belong to one hop.
-    Wait { hop: Option<u32> },
-    /// A chain work queue.
-    Work { attempt: u32 },
 }
 
 /// Why a spec could not be loaded.
@@ -127,7 +133,7 @@ pub fn from_sources(sources: Sources, vhost_override: Option<&str>) -> Result<Sp
     for file in 0..sources.len() {
         drafts.extend(parse::parse_file(file, sources.text(file), &mut diagnostics));
     }
-    let topologies = validate::validate(drafts, vhost_override, &mut diagnostics);
+    let topologies = validate::validate(drafts, vhost_override, &sources, &mut diagnostics);
     // A mistake in [defaults] is found once per topology that inherits it; show it once.
     let mut seen = std::collections::BTreeSet::new();
     diagnostics.retain(|d| seen.insert((d.file, d.span.start, d.span.end, d.message.clone())));
@@ -179,8 +185,6 @@ fn display(path: &Path) -> String {
     path.display().to_string()
 }
 
-/// Names derive from the main queue's name, so that they are stable and documented. A wait
-/// queue's name holds its delay: a changed delay is a new queue, never a changed argument.
 impl Topology {
     pub fn hops(&self) -> u32 {
         self.max_attempts - 1
@@ -191,57 +195,19 @@ impl Topology {
         self.hop_delays[hop as usize - 1]
     }
 
-    /// The queue a message waits in after failing delivery number `hop`.
-    pub fn wait_queue(&self, hop: u32) -> String {
-        let delay = format_duration(self.delay(hop));
-        match self.strategy {
-            Strategy::Republish => format!("{}.wait-{delay}", self.queue),
-            Strategy::Chain => format!("{}.hop-{hop}.wait-{delay}", self.queue),
-        }
-    }
-
-    /// The queue consumers read for delivery number `attempt` (1-based).
-    pub fn work_queue(&self, attempt: u32) -> String {
-        match (self.strategy, attempt) {
-            (Strategy::Chain, 2..) => format!("{}.attempt-{attempt}", self.queue),
-            _ => self.queue.clone(),
-        }
-    }
-
-    /// Whether `name` is one of this topology's queues, under the current spec or an earlier one:
-    /// the main or dead-letter queue, or a name its strategy generates. Exact, not a prefix:
-    /// `orders2.wait-5s` is not `orders`'s.
-    pub fn owns_queue(&self, name: &str) -> bool {
-        name == self.queue || name == self.dead_letter_queue || self.generated_name(name).is_some()
-    }
-
-    /// Whether `name` is a name this topology's strategy generates for some delay, hop or
-    /// attempt (not necessarily one the spec has now): `<queue>.wait-<delay>` (republish),
-    /// `<queue>.hop-<n>.wait-<delay>` and `<queue>.attempt-<n>` (chain), the delay spelt as hopper
-    /// spells it. Returns the hop or attempt number where there is one.
-    pub fn generated_name(&self, name: &str) -> Option<GeneratedName> {
-        let rest = name.strip_prefix(self.queue.as_str())?.strip_prefix('.')?;
-        let canonical = |d: &str| duration::parse(d).is_ok_and(|p| format_duration(p) == d);
-        let number = |text: &str| text.parse::<u32>().ok().filter(|n| n.to_string() == text && *n >= 1);
-        match self.strategy {
-            Strategy::Republish => {
-                rest.strip_prefix("wait-").filter(|d| canonical(d)).map(|_| GeneratedName::Wait { hop: None })
-            }
-            Strategy::Chain => {
-                if let Some(n) = rest.strip_prefix("attempt-") {
-                    return number(n).filter(|n| *n >= 2).map(|attempt| GeneratedName::Work { attempt });
-                }
-                let (hop, delay) = rest.strip_prefix("hop-")?.split_once(".wait-")?;
-                let hop = number(hop)?;
-                canonical(delay).then_some(GeneratedName::Wait { hop: Some(hop) })
-            }
+    /// The `x-delivery-limit` of the queues consumers read: the spec's, or hopper's default on
+    /// quorum queues; none on classic queues.
+    pub fn effective_delivery_limit(&self) -> Option<i64> {
+        match self.queue_type {
+            QueueType::Quorum => Some(self.delivery_limit.unwrap_or(DEFAULT_DELIVERY_LIMIT)),
+            QueueType::Classic => None,
         }
     }
 }
 
-impl Topology {
-    pub fn strategy_name(&self) -> &'static str {
-        match self.strategy {
+impl Strategy {
+    pub fn as_str(self) -> &'static str {
+        match self {
             Strategy::Republish => "republish",
             Strategy::Chain => "chain",
         }

@@ -5,13 +5,17 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::parse::{Draft, Loc};
-use super::{DEFAULT_DELIVERY_LIMIT, ExchangeType, MAX_ATTEMPTS, MAX_TTL_MS, QueueType, Strategy, Topology};
+use super::{ExchangeType, MAX_ATTEMPTS, MAX_TTL_MS, QueueType, Strategy, Topology};
 use crate::diagnostic::Diagnostic;
+use crate::model::{QueueName, Role};
 
 /// A valid topology, and where each of its names was written (or the name it derives from), so
 /// that a collision is reported where the user can fix it.
 struct Placed {
     topology: Topology,
+    explicit_dead_letter_queue: bool,
+    explicit_retry_exchange: bool,
+    explicit_dead_letter_exchange: bool,
     origin: Loc<String>,
     queue: Loc<String>,
     dead_letter_queue: Loc<String>,
@@ -21,7 +25,12 @@ struct Placed {
     dead_letter_exchange: Loc<String>,
 }
 
-pub(super) fn validate(drafts: Vec<Draft>, vhost_override: Option<&str>, diags: &mut Vec<Diagnostic>) -> Vec<Topology> {
+pub(super) fn validate(
+    drafts: Vec<Draft>,
+    vhost_override: Option<&str>,
+    sources: &crate::diagnostic::Sources,
+    diags: &mut Vec<Diagnostic>,
+) -> Vec<Topology> {
     let mut placed = Vec::new();
     let mut origins: Vec<Loc<String>> = Vec::new();
     for draft in drafts {
@@ -38,7 +47,13 @@ pub(super) fn validate(drafts: Vec<Draft>, vhost_override: Option<&str>, diags: 
         }
         origins.push(draft.name.clone());
         let before = diags.len();
-        let p = topology(draft, vhost_override, diags);
+        let complete = draft.fields.invalid.is_empty();
+        let p = topology(draft, vhost_override, sources, diags);
+        // Only a topology whose every value is good can be compiled to check its names.
+        if !complete || diags.len() > before {
+            continue;
+        }
+        check_generated_names(&p, diags);
         if diags.len() == before {
             check_within(&p, diags);
         }
@@ -70,7 +85,12 @@ fn one_of<T: Copy>(
     default
 }
 
-fn topology(draft: Draft, vhost_override: Option<&str>, diags: &mut Vec<Diagnostic>) -> Placed {
+fn topology(
+    draft: Draft,
+    vhost_override: Option<&str>,
+    sources: &crate::diagnostic::Sources,
+    diags: &mut Vec<Diagnostic>,
+) -> Placed {
     let mut f = draft.fields;
     let name = &draft.name;
     check_name(name, "topology name", diags);
@@ -226,7 +246,7 @@ fn topology(draft: Draft, vhost_override: Option<&str>, diags: &mut Vec<Diagnost
             );
             None
         }
-        (QueueType::Quorum, limit) => Some(limit.as_ref().map_or(DEFAULT_DELIVERY_LIMIT, |l| l.value)),
+        (QueueType::Quorum, limit) => limit.as_ref().map(|l| l.value),
     };
 
     let vhost = match (vhost_override, &draft.vhost) {
@@ -242,24 +262,24 @@ fn topology(draft: Draft, vhost_override: Option<&str>, diags: &mut Vec<Diagnost
     let topology = Topology {
         name: name.value.clone(),
         vhost,
-        exchange: exchange.value.clone(),
+        exchange: exchange.value.as_str().into(),
         exchange_type,
         routing_keys,
         hop_delays,
         max_attempts,
         strategy,
         queue_type,
-        queue: queue.value.clone(),
-        retry_exchange: retry_exchange.value.clone(),
-        dead_letter_exchange: dead_letter_exchange.value.clone(),
-        dead_letter_queue: dead_letter_queue.value.clone(),
+        queue: queue.value.as_str().into(),
+        retry_exchange: retry_exchange.value.as_str().into(),
+        dead_letter_exchange: dead_letter_exchange.value.as_str().into(),
+        dead_letter_queue: dead_letter_queue.value.as_str().into(),
         delivery_limit,
+        file: sources.path(name.file).to_path_buf(),
     };
-    let queue_is_good = !queue.value.is_empty() && queue.value.len() <= 255;
-    if queue_is_good {
-        check_generated_names(&topology, &queue, &f, diags);
-    }
     Placed {
+        explicit_dead_letter_queue: f.dead_letter_queue.is_some(),
+        explicit_retry_exchange: f.retry_exchange.is_some(),
+        explicit_dead_letter_exchange: f.dead_letter_exchange.is_some(),
         topology,
         origin: name.clone(),
         queue,
@@ -385,24 +405,26 @@ fn check_name(name: &Loc<String>, what: &str, diags: &mut Vec<Diagnostic>) {
 
 /// Generated names must fit too; a quorum queue's internal name also holds the vhost
 /// (`<vhost>_<name>`, with `/` written `%2F`). Reported once, at the name they derive from.
-fn check_generated_names(t: &Topology, queue: &Loc<String>, f: &super::parse::Fields, diags: &mut Vec<Diagnostic>) {
+fn check_generated_names(p: &Placed, diags: &mut Vec<Diagnostic>) {
+    let t = &p.topology;
     let vhost_len = if t.vhost == "/" { 3 } else { t.vhost.len() };
     let queue_limit = match t.queue_type {
         QueueType::Quorum => 255usize.saturating_sub(vhost_len + 1),
         QueueType::Classic => 255,
     };
-    let mut generated: Vec<(String, usize)> = queue_names(t).into_iter().map(|q| (q, queue_limit)).collect();
-    if f.retry_exchange.is_none() {
-        generated.push((t.retry_exchange.clone(), 255));
+    let mut generated: Vec<(String, usize)> =
+        roles(t).into_iter().map(|(q, _)| (q.as_str().to_string(), queue_limit)).collect();
+    if !p.explicit_retry_exchange {
+        generated.push((t.retry_exchange.to_string(), 255));
     }
-    if f.dead_letter_exchange.is_none() {
-        generated.push((t.dead_letter_exchange.clone(), 255));
+    if !p.explicit_dead_letter_exchange {
+        generated.push((t.dead_letter_exchange.to_string(), 255));
     }
-    let explicit_dlq = f.dead_letter_queue.as_ref().map(|l| l.value.as_str());
+    let explicit_dlq = p.explicit_dead_letter_queue.then_some(t.dead_letter_queue.as_str());
     for (name, limit) in generated {
         if name.len() > limit && Some(name.as_str()) != explicit_dlq {
             diags.push(
-                queue
+                p.queue
                     .diag(format!("the generated name `{name}` is {} bytes; at most {limit} fit here", name.len()))
                     .label("base of the generated name")
                     .hint("shorten the queue name (a quorum queue's internal name is `<vhost>_<name>`, at most 255 bytes)"),
@@ -412,33 +434,18 @@ fn check_generated_names(t: &Topology, queue: &Loc<String>, f: &super::parse::Fi
     }
 }
 
-/// Every queue a topology declares, main queue first, with what each one is for.
-fn roles(t: &Topology) -> Vec<(String, String)> {
-    let mut all = Vec::new();
-    for attempt in 1..=t.max_attempts {
-        let role = if attempt == 1 { "main queue".to_string() } else { format!("work queue of attempt {attempt}") };
-        if attempt == 1 || t.strategy == Strategy::Chain {
-            all.push((t.work_queue(attempt), role));
-        }
-    }
-    for hop in 1..=t.hops().min(t.hop_delays.len() as u32) {
-        let wait = t.wait_queue(hop);
-        if !all.iter().any(|(q, _)| *q == wait) {
-            all.push((wait, format!("wait queue of retry {hop}")));
-        }
-    }
-    all.push((t.dead_letter_queue.clone(), "dead-letter queue".to_string()));
+/// Every queue a topology declares, with what each one is for, as the compiler makes them (the
+/// names are derived in one place only): work queues by attempt, then wait queues, then the
+/// dead-letter queue.
+fn roles(t: &Topology) -> Vec<(QueueName, Role)> {
+    let mut all: Vec<(QueueName, Role)> =
+        crate::compile::compile_topology(t).queues().map(|q| (q.name.clone(), q.role.clone())).collect();
+    all.sort_by_key(|(_, role)| match role {
+        Role::Work { attempt } => (0, attempt.unwrap_or(1)),
+        Role::Wait { hops, .. } => (1, hops.first().copied().unwrap_or(0)),
+        Role::DeadLetter => (2, 0),
+    });
     all
-}
-
-pub(super) fn queue_names(t: &Topology) -> Vec<String> {
-    let mut names: Vec<String> = Vec::new();
-    for (q, _) in roles(t) {
-        if !names.contains(&q) {
-            names.push(q);
-        }
-    }
-    names
 }
 
 /// A queue or exchange of one topology must not play two parts: a dead-letter queue that is also
@@ -446,10 +453,10 @@ pub(super) fn queue_names(t: &Topology) -> Vec<String> {
 fn check_within(p: &Placed, diags: &mut Vec<Diagnostic>) {
     let t = &p.topology;
     let queues = roles(t);
-    if let Some((_, role)) = queues.iter().find(|(q, r)| *q == t.dead_letter_queue && r != "dead-letter queue") {
+    if let Some((_, role)) = queues.iter().find(|(q, r)| *q == t.dead_letter_queue && *r != Role::DeadLetter) {
         diags.push(
             p.dead_letter_queue
-                .diag(format!("the dead-letter queue `{}` is also the {role}", t.dead_letter_queue))
+                .diag(format!("the dead-letter queue `{}` is also the {}", t.dead_letter_queue, role.describe()))
                 .label("dead letters would go back into the retry path")
                 .hint(format!("give the dead-letter queue its own name, such as \"{}.dlq\"", t.queue)),
         );
@@ -475,8 +482,8 @@ fn check_within(p: &Placed, diags: &mut Vec<Diagnostic>) {
 /// Two topologies in one vhost must not declare the same queue, and an exchange may be shared
 /// only as a main exchange of the same type. One diagnostic per pair of topologies.
 fn check_collisions(placed: &[Placed], diags: &mut Vec<Diagnostic>) {
-    let mut queues: BTreeMap<(&str, String), usize> = BTreeMap::new();
-    let mut exchanges: BTreeMap<(&str, String), (usize, &'static str)> = BTreeMap::new();
+    let mut queues: BTreeMap<(&str, QueueName), usize> = BTreeMap::new();
+    let mut exchanges: BTreeMap<(&str, crate::model::ExchangeName), (usize, &'static str)> = BTreeMap::new();
     let mut reported = std::collections::BTreeSet::new();
     for (i, p) in placed.iter().enumerate() {
         let t = &p.topology;
@@ -485,8 +492,8 @@ fn check_collisions(placed: &[Placed], diags: &mut Vec<Diagnostic>) {
         for (q, role) in roles(t) {
             match queues.get(&(t.vhost.as_str(), q.clone())) {
                 Some(&other) if other != i => {
-                    let here = if role == "dead-letter queue" { &p.dead_letter_queue } else { &p.queue };
-                    shared.entry(other).or_insert_with(|| (Vec::new(), here, role)).0.push(format!("`{q}`"));
+                    let here = if role == Role::DeadLetter { &p.dead_letter_queue } else { &p.queue };
+                    shared.entry(other).or_insert_with(|| (Vec::new(), here, role.describe())).0.push(format!("`{q}`"));
                 }
                 Some(_) => {}
                 None => {

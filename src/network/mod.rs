@@ -2,20 +2,25 @@
 //! binding. Built from a compiled spec or from a live broker, so that the same hazard rules and
 //! the same dead-letter paths apply to both. Pure: routing is simulated, never tried.
 
+use std::cell::OnceCell;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
 use crate::compile::CompiledTopology;
-use crate::model::{ArgValue, Arguments, Object, Role};
-use crate::plan::{Live, Route};
-use crate::policy::{self, Effective};
+use crate::live::Live;
+use crate::model::{ArgValue, Arguments, Binding, Destination, ExchangeName, ExchangeType, Object, QueueName, Role};
+use crate::policy::{self, Effective, Setting};
 
 #[derive(Debug, Clone, Default)]
 pub struct Network {
-    pub exchanges: BTreeMap<String, Exchange>,
-    pub queues: BTreeMap<String, Queue>,
-    pub routes: Vec<Route>,
+    pub exchanges: BTreeMap<ExchangeName, Exchange>,
+    pub queues: BTreeMap<QueueName, Queue>,
+    /// Every binding, with the bindings of each source exchange found by index.
+    bindings: Vec<Binding>,
+    by_source: BTreeMap<ExchangeName, Vec<usize>>,
+    /// The queues whose dead letters reach each queue, computed once when first asked.
+    feeders: OnceCell<BTreeMap<QueueName, Vec<QueueName>>>,
     /// The broker's major version when known (live); `None` for a spec, which is judged as
     /// RabbitMQ 4.x would run it.
     pub major: Option<u32>,
@@ -23,10 +28,10 @@ pub struct Network {
 
 #[derive(Debug, Clone)]
 pub struct Exchange {
-    pub kind: String,
+    pub kind: ExchangeType,
     pub durable: bool,
     pub auto_delete: bool,
-    pub alternate: Option<String>,
+    pub alternate: Option<ExchangeName>,
 }
 
 #[derive(Debug, Clone)]
@@ -36,7 +41,7 @@ pub struct Queue {
     pub auto_delete: bool,
     pub arguments: Arguments,
     /// Argument, policy and operator policy combined as RabbitMQ does.
-    pub effective: BTreeMap<&'static str, Effective>,
+    pub effective: BTreeMap<Setting, Effective>,
     pub policy: Option<String>,
     pub operator_policy: Option<String>,
     pub ready: Option<u64>,
@@ -72,11 +77,11 @@ impl Reason {
 /// Where routing a message took it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Routed {
-    pub queues: BTreeSet<String>,
+    pub queues: BTreeSet<QueueName>,
     /// The exchange does not exist.
-    pub missing_exchange: Option<String>,
+    pub missing_exchange: Option<ExchangeName>,
     /// Taken by an alternate exchange because nothing else matched.
-    pub via_alternate: Option<String>,
+    pub via_alternate: Option<ExchangeName>,
     /// Some binding's match depends on what the message carries (a headers exchange, or no
     /// dead-letter routing key so the message keeps routing keys no one can know here).
     pub uncertain: bool,
@@ -89,18 +94,18 @@ pub enum DeadLetter {
     /// No dead-letter exchange: RabbitMQ discards it.
     Discarded,
     /// The dead-letter exchange does not exist.
-    ExchangeMissing { exchange: String, at_least_once: bool },
+    ExchangeMissing { exchange: ExchangeName, at_least_once: bool },
     /// Nothing matches the routing key.
-    Unroutable { exchange: String, routing_key: Option<String>, at_least_once: bool },
+    Unroutable { exchange: ExchangeName, routing_key: Option<String>, at_least_once: bool },
     /// Delivered to these queues. `routing_key` is the key it is published with: the queue's
     /// dead-letter routing key, or else the key it carried in when an earlier hop set it.
-    Routed { exchange: String, routing_key: Option<String>, queues: Vec<String>, uncertain: bool },
+    Routed { exchange: ExchangeName, routing_key: Option<String>, queues: Vec<QueueName>, uncertain: bool },
 }
 
 /// One step of a dead-letter path, as shown to people.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Hop {
-    pub queue: String,
+    pub queue: QueueName,
     pub reason: Reason,
     pub dead_letter: DeadLetter,
 }
@@ -110,20 +115,23 @@ pub struct Hop {
 #[serde(tag = "end", rename_all = "snake_case")]
 pub enum End {
     /// Consumers read it there (a work queue).
-    Consumed { queue: String },
+    Consumed { queue: QueueName },
     /// It stays there: no consumer, nothing moves it on (a dead-letter queue, or a queue whose
     /// consumers are away).
-    Held { queue: String },
+    Held { queue: QueueName },
     /// It waits there forever: no consumer, no TTL, yet it is a retry hop.
-    Stranded { queue: String },
+    Stranded { queue: QueueName },
     /// Rejected where there is no dead-letter exchange: thrown away, as the consumer asked.
-    Discarded { queue: String },
+    Discarded { queue: QueueName },
     /// Lost, with the reason.
     Dropped { why: String },
+    /// Dropped by RabbitMQ's cycle detection: it would come back to `queue` with no rejection
+    /// since it last left it.
+    DroppedAsCycle { queue: QueueName },
     /// Kept and retried by the source queue forever (quorum at-least-once with no route).
-    RetriedForever { queue: String },
+    RetriedForever { queue: QueueName },
     /// Copies went to several queues; followed no further.
-    Duplicated { queues: Vec<String> },
+    Duplicated { queues: Vec<QueueName> },
     /// Cannot be followed: the routing depends on the message.
     Unknown { why: String },
 }
@@ -133,8 +141,6 @@ pub struct Path {
     pub hops: Vec<Hop>,
     pub end: End,
 }
-
-const KEY_TTL: &str = "message-ttl";
 
 impl Network {
     pub fn from_compiled(topologies: &[&CompiledTopology]) -> Network {
@@ -146,7 +152,7 @@ impl Network {
                     n.exchanges.insert(e.name, exchange);
                 }
                 Object::Queue(q) => {
-                    let quorum = is(&q.arguments, "x-queue-type", "quorum");
+                    let quorum = crate::plan::is_quorum(&q.arguments);
                     let queue = Queue {
                         quorum,
                         durable: q.durable,
@@ -162,13 +168,7 @@ impl Network {
                     };
                     n.queues.insert(q.name, queue);
                 }
-                Object::Binding(b) => n.routes.push(Route {
-                    source: b.source,
-                    destination: b.destination,
-                    to_exchange: false,
-                    routing_key: b.routing_key,
-                    arguments: Arguments::new(),
-                }),
+                Object::Binding(b) => n.add_binding(b),
             }
         }
         n
@@ -176,21 +176,20 @@ impl Network {
 
     pub fn from_live(live: &Live) -> Network {
         let mut n = Network {
-            routes: live.routes.clone(),
             major: live.version.as_ref().and_then(|v| v.split('.').next()?.parse().ok()),
             ..Network::default()
         };
+        for b in live.bindings.iter().flatten() {
+            n.add_binding(b.clone());
+        }
         for (name, e) in &live.exchanges {
-            let alternate = match e.arguments.get("alternate-exchange") {
-                Some(ArgValue::Str(s)) => Some(s.clone()),
-                _ => None,
-            };
+            let alternate = e.arguments.get("alternate-exchange").and_then(ArgValue::as_str).map(ExchangeName::from);
             let exchange = Exchange { kind: e.kind.clone(), durable: e.durable, auto_delete: e.auto_delete, alternate };
             n.exchanges.insert(name.clone(), exchange);
         }
         for (name, q) in &live.queues {
             let arguments = q.arguments.clone().unwrap_or_default();
-            let quorum = is(&arguments, "x-queue-type", "quorum");
+            let quorum = crate::plan::is_quorum(&arguments);
             let effective = policy::effective(quorum, &arguments, q.policy.as_ref(), q.operator_policy.as_ref());
             let ready = q.messages.map(|m| m.saturating_sub(q.unacked.unwrap_or(0)));
             let queue = Queue {
@@ -211,6 +210,20 @@ impl Network {
         n
     }
 
+    pub fn add_binding(&mut self, b: Binding) {
+        self.by_source.entry(b.source.clone()).or_default().push(self.bindings.len());
+        self.bindings.push(b);
+        self.feeders = OnceCell::new();
+    }
+
+    pub fn bindings(&self) -> &[Binding] {
+        &self.bindings
+    }
+
+    fn bindings_from<'a>(&'a self, exchange: &str) -> impl Iterator<Item = &'a Binding> + 'a {
+        self.by_source.get(exchange).into_iter().flatten().map(|&i| &self.bindings[i])
+    }
+
     /// The exchanges and queues a message published to `exchange` reaches. `routing_key` is
     /// `None` when it cannot be known (a dead letter without a dead-letter routing key).
     pub fn route(&self, exchange: &str, routing_key: Option<&str>) -> Routed {
@@ -219,7 +232,7 @@ impl Network {
             // The default exchange: the queue named by the routing key, if there is one.
             match routing_key {
                 Some(k) if self.queues.contains_key(k) => {
-                    routed.queues.insert(k.to_string());
+                    routed.queues.insert(QueueName::from(k));
                 }
                 Some(_) => {}
                 None => routed.uncertain = true,
@@ -231,31 +244,38 @@ impl Network {
         routed
     }
 
-    fn route_into(&self, exchange: &str, key: Option<&str>, routed: &mut Routed, seen: &mut BTreeSet<String>) {
-        if !seen.insert(exchange.to_string()) {
+    fn route_into<'a>(
+        &'a self,
+        exchange: &'a str,
+        key: Option<&str>,
+        routed: &mut Routed,
+        seen: &mut BTreeSet<&'a str>,
+    ) {
+        if !seen.insert(exchange) {
             return; // exchange-to-exchange loops route once
         }
         let Some(e) = self.exchanges.get(exchange) else {
-            routed.missing_exchange.get_or_insert_with(|| exchange.to_string());
+            routed.missing_exchange.get_or_insert_with(|| ExchangeName::from(exchange));
             return;
         };
         let (mut matched, mut maybe) = (false, false);
-        for r in self.routes.iter().filter(|r| r.source == exchange) {
-            let hit = match e.kind.as_str() {
-                "fanout" => Some(true),
-                "direct" => key.map(|k| k == r.routing_key),
-                "topic" => key.map(|k| topic_matches(&r.routing_key, k)),
-                // A dead letter carries the message's own headers, which are not known here.
-                "headers" => None,
-                _ => None,
+        for b in self.bindings_from(exchange) {
+            let hit = match e.kind {
+                ExchangeType::Fanout => Some(true),
+                ExchangeType::Direct => key.map(|k| k == b.routing_key),
+                ExchangeType::Topic => key.map(|k| topic_matches(&b.routing_key, k)),
+                // A dead letter carries the message's own headers, which are not known here;
+                // a plugin's exchange routes by rules of its own.
+                ExchangeType::Headers | ExchangeType::Other(_) => None,
             };
             match hit {
                 Some(true) => {
                     matched = true;
-                    if r.to_exchange {
-                        self.route_into(&r.destination, key, routed, seen);
-                    } else {
-                        routed.queues.insert(r.destination.clone());
+                    match &b.destination {
+                        Destination::Exchange(to) => self.route_into(to, key, routed, seen),
+                        Destination::Queue(q) => {
+                            routed.queues.insert(q.clone());
+                        }
                     }
                 }
                 Some(false) => {}
@@ -276,15 +296,23 @@ impl Network {
         }
     }
 
+    pub fn setting(&self, queue: &str, setting: Setting) -> Option<&Effective> {
+        self.queues.get(queue)?.effective.get(&setting)
+    }
+
+    pub fn has(&self, queue: &str, setting: Setting) -> bool {
+        self.setting(queue, setting).is_some()
+    }
+
     /// Whether `queue` can dead-letter for `reason` at all.
     pub fn can_dead_letter(&self, queue: &str, reason: Reason) -> bool {
         let Some(q) = self.queues.get(queue) else { return false };
         match reason {
             Reason::Rejected => true,
-            Reason::Expired => q.effective.contains_key(KEY_TTL),
+            Reason::Expired => self.has(queue, Setting::MessageTtl),
             Reason::Maxlen => {
-                (q.effective.contains_key("max-length") || q.effective.contains_key("max-length-bytes"))
-                    && match q.effective.get("overflow").map(|e| &e.value) {
+                (self.has(queue, Setting::MaxLength) || self.has(queue, Setting::MaxLengthBytes))
+                    && match self.setting(queue, Setting::Overflow).map(|e| &e.value) {
                         None => true,
                         Some(ArgValue::Str(s)) => s == "drop-head" || (s == "reject-publish-dlx" && !q.quorum),
                         Some(_) => false,
@@ -301,7 +329,7 @@ impl Network {
         if !q.quorum {
             return None;
         }
-        match q.effective.get("delivery-limit").map(|e| &e.value) {
+        match self.setting(queue, Setting::DeliveryLimit).map(|e| &e.value) {
             Some(ArgValue::Int(n)) if *n >= 0 => Some(*n),
             Some(_) => None,
             None if self.major.is_none_or(|m| m >= 4) => Some(20),
@@ -309,10 +337,11 @@ impl Network {
         }
     }
 
-    pub fn text(&self, queue: &str, key: &str) -> Option<String> {
-        self.queues.get(queue)?.effective.get(key).map(|e| match &e.value {
+    /// The effective value of a setting, as text (strings unquoted).
+    pub fn text(&self, queue: &str, setting: Setting) -> Option<String> {
+        self.setting(queue, setting).map(|e| match &e.value {
             ArgValue::Str(s) => s.clone(),
-            ArgValue::Int(n) => n.to_string(),
+            other => other.to_string(),
         })
     }
 
@@ -326,10 +355,12 @@ impl Network {
     /// routing key of its own, the queue publishes it with the keys it has (`rabbit_dead_letter:
     /// publish/5`), so that key decides where it goes.
     pub fn dead_letter_carrying(&self, queue: &str, key: Option<&str>) -> DeadLetter {
-        let Some(exchange) = self.text(queue, "dead-letter-exchange") else { return DeadLetter::Discarded };
-        let routing_key = self.text(queue, "dead-letter-routing-key").or_else(|| key.map(str::to_string));
+        let Some(exchange) = self.text(queue, Setting::DeadLetterExchange).map(ExchangeName::from) else {
+            return DeadLetter::Discarded;
+        };
+        let routing_key = self.text(queue, Setting::DeadLetterRoutingKey).or_else(|| key.map(str::to_string));
         let at_least_once = self.at_least_once(queue);
-        if !exchange.is_empty() && !self.exchanges.contains_key(&exchange) {
+        if !exchange.is_default() && !self.exchanges.contains_key(&exchange) {
             return DeadLetter::ExchangeMissing { exchange, at_least_once };
         }
         let routed = self.route(&exchange, routing_key.as_deref());
@@ -348,8 +379,8 @@ impl Network {
     pub fn at_least_once(&self, queue: &str) -> bool {
         let Some(q) = self.queues.get(queue) else { return false };
         q.quorum
-            && self.text(queue, "dead-letter-strategy").as_deref() == Some("at-least-once")
-            && self.text(queue, "overflow").as_deref() == Some("reject-publish")
+            && self.text(queue, Setting::DeadLetterStrategy).as_deref() == Some("at-least-once")
+            && self.text(queue, Setting::Overflow).as_deref() == Some("reject-publish")
     }
 
     /// Where a message that dies in `queue` for `reason` goes, hop by hop, until it is consumed,
@@ -359,8 +390,8 @@ impl Network {
     pub fn path(&self, queue: &str, reason: Reason) -> Path {
         let mut hops = Vec::new();
         // (queue, reason) deaths so far, newest last, as x-death records them.
-        let mut deaths: Vec<(String, Reason)> = Vec::new();
-        let (mut current, mut reason) = (queue.to_string(), reason);
+        let mut deaths: Vec<(QueueName, Reason)> = Vec::new();
+        let (mut current, mut reason) = (QueueName::from(queue), reason);
         // The message's routing key, once known: the publisher's keys are not.
         let mut key: Option<String> = None;
         loop {
@@ -378,16 +409,13 @@ impl Network {
                     let why = format!("`{current}` has no dead-letter exchange: RabbitMQ discards it");
                     return Path { hops, end: End::Dropped { why } };
                 }
-                DeadLetter::ExchangeMissing { exchange, at_least_once: true } => {
-                    let _ = exchange;
+                DeadLetter::ExchangeMissing { at_least_once: true, .. }
+                | DeadLetter::Unroutable { at_least_once: true, .. } => {
                     return Path { hops, end: End::RetriedForever { queue: current } };
                 }
                 DeadLetter::ExchangeMissing { exchange, .. } => {
                     let why = format!("dead-letter exchange `{exchange}` does not exist");
                     return Path { hops, end: End::Dropped { why } };
-                }
-                DeadLetter::Unroutable { at_least_once: true, .. } => {
-                    return Path { hops, end: End::RetriedForever { queue: current } };
                 }
                 DeadLetter::Unroutable { exchange, routing_key, .. } => {
                     let key =
@@ -410,10 +438,7 @@ impl Network {
                 && let Some(last) = deaths.iter().rposition(|(q, _)| *q == target)
                 && deaths[last..].iter().all(|(_, r)| *r != Reason::Rejected)
             {
-                let why = format!(
-                    "it would reach `{target}` again with no rejection in between: RabbitMQ drops it as a dead-letter cycle"
-                );
-                return Path { hops, end: End::Dropped { why } };
+                return Path { hops, end: End::DroppedAsCycle { queue: target } };
             }
             match self.next_death(&target) {
                 Next::Consumed => return Path { hops, end: End::Consumed { queue: target } },
@@ -434,7 +459,7 @@ impl Network {
     /// What happens next to a message that arrives in `queue`.
     fn next_death(&self, queue: &str) -> Next {
         let Some(q) = self.queues.get(queue) else { return Next::Held };
-        let waits = self.can_dead_letter(queue, Reason::Expired) && q.effective.contains_key("dead-letter-exchange");
+        let waits = self.can_dead_letter(queue, Reason::Expired) && self.has(queue, Setting::DeadLetterExchange);
         let consumed = match &q.role {
             Some(Role::Work { .. }) => true,
             Some(_) => false,
@@ -455,8 +480,8 @@ impl Network {
     /// lead back to (a retry loop), yet has no TTL to send them back and no consumer.
     pub fn is_stranding(&self, queue: &str) -> bool {
         let Some(q) = self.queues.get(queue) else { return false };
-        q.effective.contains_key("dead-letter-exchange")
-            && !q.effective.contains_key("message-ttl")
+        self.has(queue, Setting::DeadLetterExchange)
+            && !self.has(queue, Setting::MessageTtl)
             && !matches!(q.role, Some(Role::Work { .. }))
             && q.consumers.unwrap_or(0) == 0
             && self.loops_back(queue)
@@ -477,7 +502,7 @@ impl Network {
         false
     }
 
-    fn targets(&self, queue: &str) -> Vec<String> {
+    fn targets(&self, queue: &str) -> Vec<QueueName> {
         match self.dead_letter(queue) {
             DeadLetter::Routed { queues, .. } => queues,
             _ => Vec::new(),
@@ -485,14 +510,17 @@ impl Network {
     }
 
     /// Queues whose dead letters reach `queue`.
-    pub fn feeders(&self, queue: &str) -> Vec<String> {
-        self.queues
-            .keys()
-            .filter(|other| {
-                matches!(self.dead_letter(other), DeadLetter::Routed { queues, .. } if queues.iter().any(|t| t == queue))
-            })
-            .cloned()
-            .collect()
+    pub fn feeders(&self, queue: &str) -> &[QueueName] {
+        let all = self.feeders.get_or_init(|| {
+            let mut map: BTreeMap<QueueName, Vec<QueueName>> = BTreeMap::new();
+            for from in self.queues.keys() {
+                for to in self.targets(from) {
+                    map.entry(to).or_default().push(from.clone());
+                }
+            }
+            map
+        });
+        all.get(queue).map_or(&[], Vec::as_slice)
     }
 }
 
@@ -501,7 +529,7 @@ impl Network {
 impl Network {
     pub(crate) fn with_queue(mut self, name: &str, arguments: &[(&str, ArgValue)]) -> Network {
         let arguments: Arguments = arguments.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
-        let quorum = is(&arguments, "x-queue-type", "quorum");
+        let quorum = crate::plan::is_quorum(&arguments);
         let queue = Queue {
             quorum,
             durable: true,
@@ -515,25 +543,19 @@ impl Network {
             consumers: Some(0),
             role: None,
         };
-        self.queues.insert(name.to_string(), queue);
+        self.queues.insert(name.into(), queue);
         self
     }
 
     pub(crate) fn with_exchange(mut self, name: &str, kind: &str, alternate: Option<&str>) -> Network {
-        let alternate = alternate.map(str::to_string);
-        let exchange = Exchange { kind: kind.to_string(), durable: true, auto_delete: false, alternate };
-        self.exchanges.insert(name.to_string(), exchange);
+        let alternate = alternate.map(ExchangeName::from);
+        let exchange = Exchange { kind: kind.into(), durable: true, auto_delete: false, alternate };
+        self.exchanges.insert(name.into(), exchange);
         self
     }
 
     pub(crate) fn with_binding(mut self, source: &str, queue: &str, routing_key: &str) -> Network {
-        self.routes.push(Route {
-            source: source.to_string(),
-            destination: queue.to_string(),
-            to_exchange: false,
-            routing_key: routing_key.to_string(),
-            arguments: Arguments::new(),
-        });
+        self.add_binding(Binding::to_queue(source, queue, routing_key));
         self
     }
 }
@@ -545,125 +567,27 @@ enum Next {
     Dies(Reason),
 }
 
-fn is(args: &Arguments, key: &str, value: &str) -> bool {
-    args.get(key) == Some(&ArgValue::Str(value.to_string()))
-}
-
-/// AMQP topic matching: `*` is one word, `#` zero or more.
+/// AMQP topic matching: `*` is one word, `#` zero or more. Dynamic programming over words, so a
+/// pattern of many `#` costs words times words, never an exponential search.
 pub fn topic_matches(pattern: &str, key: &str) -> bool {
-    fn go(p: &[&str], k: &[&str]) -> bool {
-        match (p.first(), k.first()) {
-            (None, None) => true,
-            (Some(&"#"), _) => go(&p[1..], k) || (!k.is_empty() && go(p, &k[1..])),
-            (Some(&"*"), Some(_)) => go(&p[1..], &k[1..]),
-            (Some(w), Some(x)) if w == x => go(&p[1..], &k[1..]),
-            _ => false,
-        }
-    }
-    let p: Vec<&str> = pattern.split('.').collect();
+    let p: Vec<&str> = if pattern.is_empty() { Vec::new() } else { pattern.split('.').collect() };
     let k: Vec<&str> = if key.is_empty() { Vec::new() } else { key.split('.').collect() };
-    let p: Vec<&str> = if pattern.is_empty() { Vec::new() } else { p };
-    go(&p, &k)
+    // matched[j]: the pattern so far matches the first j words of the key.
+    let mut matched = vec![false; k.len() + 1];
+    matched[0] = true;
+    for word in &p {
+        let mut next = vec![false; k.len() + 1];
+        for j in 0..=k.len() {
+            next[j] = match *word {
+                "#" => matched[j] || (j > 0 && next[j - 1]),
+                "*" => j > 0 && matched[j - 1],
+                w => j > 0 && matched[j - 1] && k[j - 1] == w,
+            };
+        }
+        matched = next;
+    }
+    matched[k.len()]
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-    use crate::compile::compile;
-    use crate::spec;
-
-    fn network(toml: &str) -> Network {
-        let c = compile(&spec::from_str("t.toml", toml).unwrap_or_else(|e| panic!("{}", e.render_plain())));
-        Network::from_compiled(&c.iter().collect::<Vec<_>>())
-    }
-
-    #[test]
-    fn topic_patterns() {
-        assert!(topic_matches("order.*", "order.created"));
-        assert!(!topic_matches("order.*", "order.created.eu"));
-        assert!(topic_matches("order.#", "order"));
-        assert!(topic_matches("#", ""));
-        assert!(topic_matches("#.eu", "order.created.eu"));
-        assert!(!topic_matches("*.eu", "eu"));
-    }
-
-    #[test]
-    fn a_hopper_topology_parks_or_redelivers_every_dead_letter() {
-        let n = network("[topology.orders]\ndelays = [\"5s\"]\nmax_attempts = 3\n");
-        assert_eq!(n.path("orders", Reason::Rejected).end, End::Held { queue: "orders.dlq".into() });
-        assert_eq!(n.path("orders", Reason::DeliveryLimit).end, End::Held { queue: "orders.dlq".into() });
-        assert_eq!(n.path("orders.wait-5s", Reason::Expired).end, End::Consumed { queue: "orders".into() });
-        let chain = network("[topology.orders]\nstrategy = \"chain\"\ndelays = [\"5s\"]\nmax_attempts = 3\n");
-        let p = chain.path("orders", Reason::Rejected);
-        assert_eq!(p.end, End::Consumed { queue: "orders.attempt-2".into() });
-        assert_eq!(p.hops.iter().map(|h| h.queue.as_str()).collect::<Vec<_>>(), ["orders", "orders.hop-1.wait-5s"]);
-    }
-
-    #[test]
-    fn a_cycle_without_rejection_is_dropped() {
-        // A quorum main queue that dead-letters (delivery limit) into a wait queue that returns
-        // to it: the classic loop, dropped on its second lap.
-        let mut n = network("[topology.orders]\ndelays = [\"5s\"]\nmax_attempts = 2\n");
-        let main = n.queues.get_mut("orders").unwrap();
-        for (k, v) in [("dead-letter-exchange", ""), ("dead-letter-routing-key", "orders.wait-5s")] {
-            main.effective.insert(
-                k,
-                Effective { value: ArgValue::Str(v.into()), source: policy::Source::Argument, policy: None },
-            );
-        }
-        let p = n.path("orders", Reason::DeliveryLimit);
-        assert!(matches!(&p.end, End::Dropped { why } if why.contains("dead-letter cycle")), "{p:?}");
-        // A rejection breaks the cycle rule: redelivered to consumers.
-        assert_eq!(n.path("orders", Reason::Rejected).end, End::Consumed { queue: "orders".into() });
-    }
-
-    /// `orders` rejects through `retry` with key `wait` into `wait`, whose TTL sends it back to
-    /// the main exchange `orders` with no dead-letter routing key of its own.
-    pub(crate) fn loop_without_routing_key(alternate: Option<&str>) -> Network {
-        let s = |v: &str| ArgValue::Str(v.into());
-        let mut n = Network::default()
-            .with_exchange("orders", "direct", alternate)
-            .with_exchange("retry", "direct", None)
-            .with_queue("orders", &[("x-dead-letter-exchange", s("retry")), ("x-dead-letter-routing-key", s("wait"))])
-            .with_queue("wait", &[("x-message-ttl", ArgValue::Int(200)), ("x-dead-letter-exchange", s("orders"))])
-            .with_binding("orders", "orders", "order.created")
-            .with_binding("retry", "wait", "wait");
-        if let Some(ae) = alternate {
-            n = n.with_exchange(ae, "fanout", None).with_queue(ae, &[]).with_binding(ae, ae, "");
-        }
-        n
-    }
-
-    #[test]
-    fn a_dead_letter_keeps_the_routing_key_the_previous_hop_gave_it() {
-        // `wait` publishes it to `orders` with key `wait`, which only the alternate exchange takes.
-        let n = loop_without_routing_key(Some("unrouted"));
-        let p = n.path("orders", Reason::Rejected);
-        assert_eq!(p.end, End::Held { queue: "unrouted".into() });
-        assert_eq!(
-            p.hops[1].dead_letter,
-            DeadLetter::Routed {
-                exchange: "orders".into(),
-                routing_key: Some("wait".into()),
-                queues: vec!["unrouted".into()],
-                uncertain: false
-            }
-        );
-        // Without the alternate exchange it is dropped, and the reason names the key.
-        let p = loop_without_routing_key(None).path("orders", Reason::Rejected);
-        assert!(matches!(&p.end, End::Dropped { why } if why.contains("routing key `wait`")), "{p:?}");
-    }
-
-    #[test]
-    fn an_alternate_exchange_is_not_assumed_when_a_binding_might_match() {
-        // What reaches `wait` first is unknown here, so its key is: `order.created` would go to
-        // `orders`, anything else to `unrouted`.
-        let n = loop_without_routing_key(Some("unrouted"));
-        let routed = n.route("orders", None);
-        assert!(routed.uncertain && routed.queues.is_empty() && routed.via_alternate.is_none(), "{routed:?}");
-        assert!(matches!(n.path("wait", Reason::Expired).end, End::Unknown { .. }));
-        // With the key known, the alternate exchange takes what no binding matches.
-        assert_eq!(n.route("orders", Some("wait")).queues, BTreeSet::from(["unrouted".to_string()]));
-        assert_eq!(n.route("orders", Some("order.created")).queues, BTreeSet::from(["orders".to_string()]));
-    }
-}
+pub(crate) mod tests;

@@ -1,0 +1,129 @@
+//! A topology becomes exchanges, queues and bindings (DESIGN.md section 3): the sink first, then
+//! the strategy's retry path (one file per strategy), then the producers' entry point. Pure.
+
+mod chain;
+mod names;
+mod republish;
+
+use serde::Serialize;
+
+pub use names::GeneratedName;
+
+use crate::model::{
+    ArgValue, Arguments, Binding, Exchange, ExchangeName, ExchangeType, Object, Queue, QueueName, Role, arg,
+};
+use crate::spec::{QueueType, Spec, Strategy, Topology};
+
+/// A quorum dead-letter queue's delivery limit. The queue is terminal, so a message over the
+/// limit would be dropped. RabbitMQ 4.x applies a default of 20 when none is set, and on 3.10
+/// `-1` (meant as "unlimited" on 4.x) drops a message at its first requeue; a limit no operator
+/// reaches by peeking is the one value both majors read the same way.
+pub const DEAD_LETTER_DELIVERY_LIMIT: i64 = 1_000_000;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CompiledTopology {
+    pub topology: Topology,
+    pub objects: Vec<Object>,
+}
+
+impl CompiledTopology {
+    pub fn queues(&self) -> impl Iterator<Item = &Queue> {
+        self.objects.iter().filter_map(|o| if let Object::Queue(q) = o { Some(q) } else { None })
+    }
+
+    pub fn queue(&self, name: &str) -> Option<&Queue> {
+        self.queues().find(|q| q.name == name)
+    }
+}
+
+pub fn compile(spec: &Spec) -> Vec<CompiledTopology> {
+    spec.topologies.iter().map(compile_topology).collect()
+}
+
+pub fn compile_topology(t: &Topology) -> CompiledTopology {
+    let mut objects = Vec::new();
+
+    // The sink: a terminal queue behind a direct exchange, so a poison message can also be
+    // published there by name.
+    objects.push(Object::Queue(Queue {
+        name: t.dead_letter_queue.clone(),
+        durable: true,
+        arguments: dead_letter_queue_arguments(t),
+        role: Role::DeadLetter,
+    }));
+    objects.push(exchange(&t.dead_letter_exchange, ExchangeType::Direct));
+    objects.push(binding(&t.dead_letter_exchange, &t.dead_letter_queue, &t.dead_letter_queue));
+
+    match t.strategy {
+        Strategy::Republish => republish::compile(t, &mut objects),
+        Strategy::Chain => chain::compile(t, &mut objects),
+    }
+
+    // Producers' entry point last: no message flows in before everything downstream exists.
+    objects.push(exchange(&t.exchange, t.exchange_type.into()));
+    for key in &t.routing_keys {
+        objects.push(binding(&t.exchange, &t.queue, key));
+    }
+    CompiledTopology { topology: t.clone(), objects }
+}
+
+/// A queue that holds messages for `delay`, consumed by no one, then dead-letters them to
+/// `target` through the default exchange, which delivers to exactly one queue, by name: never a
+/// copy to the other queues bound to the main exchange.
+fn wait_queue(t: &Topology, name: QueueName, hops: Vec<u32>, delay: std::time::Duration, target: &QueueName) -> Queue {
+    let mut args = Arguments::new();
+    args.insert(arg::QUEUE_TYPE.into(), str(t.queue_type.as_str()));
+    args.insert(arg::MESSAGE_TTL.into(), ArgValue::Int(delay.as_millis() as i64));
+    args.insert(arg::DEAD_LETTER_EXCHANGE.into(), str(""));
+    args.insert(arg::DEAD_LETTER_ROUTING_KEY.into(), str(target));
+    at_least_once(t, &mut args);
+    Queue {
+        name,
+        durable: true,
+        arguments: args,
+        role: Role::Wait { hops, delay: crate::spec::format_duration(delay) },
+    }
+}
+
+fn work_queue_arguments(t: &Topology) -> Arguments {
+    let mut args = Arguments::new();
+    args.insert(arg::QUEUE_TYPE.into(), str(t.queue_type.as_str()));
+    if let Some(limit) = t.effective_delivery_limit() {
+        args.insert(arg::DELIVERY_LIMIT.into(), ArgValue::Int(limit));
+    }
+    at_least_once(t, &mut args);
+    args
+}
+
+fn dead_letter_queue_arguments(t: &Topology) -> Arguments {
+    let mut args = Arguments::new();
+    args.insert(arg::QUEUE_TYPE.into(), str(t.queue_type.as_str()));
+    if t.queue_type == QueueType::Quorum {
+        args.insert(arg::DELIVERY_LIMIT.into(), ArgValue::Int(DEAD_LETTER_DELIVERY_LIMIT));
+    }
+    args
+}
+
+/// Quorum queues dead-letter at most once unless told otherwise, and silently stay at most once
+/// under the default drop-head overflow.
+fn at_least_once(t: &Topology, args: &mut Arguments) {
+    if t.queue_type == QueueType::Quorum {
+        args.insert(arg::DEAD_LETTER_STRATEGY.into(), str("at-least-once"));
+        args.insert(arg::OVERFLOW.into(), str("reject-publish"));
+    }
+}
+
+fn exchange(name: &ExchangeName, kind: ExchangeType) -> Object {
+    Object::Exchange(Exchange { name: name.clone(), kind, durable: true })
+}
+
+fn binding(source: &ExchangeName, destination: &QueueName, key: &str) -> Object {
+    Object::Binding(Binding::to_queue(source.clone(), destination.clone(), key))
+}
+
+fn str(s: &str) -> ArgValue {
+    ArgValue::Str(s.to_string())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,64 @@
+//! Every name a topology generates, derived from its main queue's name in one place, so that
+//! they are stable and documented. A wait queue's name holds its delay: a changed delay is a new
+//! queue, never a changed argument.
+
+use crate::model::QueueName;
+use crate::spec::{Strategy, Topology, format_duration, parse_duration};
+
+/// What a generated queue name says about the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GeneratedName {
+    /// A wait queue; chain wait queues belong to one hop.
+    Wait { hop: Option<u32> },
+    /// A chain work queue.
+    Work { attempt: u32 },
+}
+
+impl Topology {
+    /// The queue a message waits in after failing delivery number `hop`.
+    pub fn wait_queue(&self, hop: u32) -> QueueName {
+        let delay = format_duration(self.delay(hop));
+        QueueName::new(match self.strategy {
+            Strategy::Republish => format!("{}.wait-{delay}", self.queue),
+            Strategy::Chain => format!("{}.hop-{hop}.wait-{delay}", self.queue),
+        })
+    }
+
+    /// The queue consumers read for delivery number `attempt` (1-based).
+    pub fn work_queue(&self, attempt: u32) -> QueueName {
+        match (self.strategy, attempt) {
+            (Strategy::Chain, 2..) => QueueName::new(format!("{}.attempt-{attempt}", self.queue)),
+            _ => self.queue.clone(),
+        }
+    }
+
+    /// Whether `name` is one of this topology's queues, under the current spec or an earlier one:
+    /// the main or dead-letter queue, or a name its strategy generates. Exact, not a prefix:
+    /// `orders2.wait-5s` is not `orders`'s.
+    pub fn owns_queue(&self, name: &str) -> bool {
+        self.queue == name || self.dead_letter_queue == name || self.generated_name(name).is_some()
+    }
+
+    /// Whether `name` is a name this topology's strategy generates for some delay, hop or
+    /// attempt (not necessarily one the spec has now): `<queue>.wait-<delay>` (republish),
+    /// `<queue>.hop-<n>.wait-<delay>` and `<queue>.attempt-<n>` (chain), the delay spelt as hopper
+    /// spells it. Returns the hop or attempt number where there is one.
+    pub fn generated_name(&self, name: &str) -> Option<GeneratedName> {
+        let rest = name.strip_prefix(self.queue.as_str())?.strip_prefix('.')?;
+        let canonical = |d: &str| parse_duration(d).is_ok_and(|p| format_duration(p) == d);
+        let number = |text: &str| text.parse::<u32>().ok().filter(|n| n.to_string() == text && *n >= 1);
+        match self.strategy {
+            Strategy::Republish => {
+                rest.strip_prefix("wait-").filter(|d| canonical(d)).map(|_| GeneratedName::Wait { hop: None })
+            }
+            Strategy::Chain => {
+                if let Some(n) = rest.strip_prefix("attempt-") {
+                    return number(n).filter(|n| *n >= 2).map(|attempt| GeneratedName::Work { attempt });
+                }
+                let (hop, delay) = rest.strip_prefix("hop-")?.split_once(".wait-")?;
+                let hop = number(hop)?;
+                canonical(delay).then_some(GeneratedName::Wait { hop: Some(hop) })
+            }
+        }
+    }
+}

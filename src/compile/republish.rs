@@ -1,0 +1,39 @@
+//! republish: one work queue; consumers publish a copy to the retry exchange on failure, and
+//! wait queues dead-letter straight back into the work queue through the default exchange.
+
+use super::{binding, exchange, wait_queue, work_queue_arguments};
+use crate::model::{ArgValue, ExchangeType, Object, Queue, QueueName, Role, arg};
+use crate::spec::Topology;
+
+pub(super) fn compile(t: &Topology, objects: &mut Vec<Object>) {
+    let mut args = work_queue_arguments(t);
+    args.insert(arg::DEAD_LETTER_EXCHANGE.into(), ArgValue::str(t.dead_letter_exchange.as_str()));
+    args.insert(arg::DEAD_LETTER_ROUTING_KEY.into(), ArgValue::str(t.dead_letter_queue.as_str()));
+    objects.push(Object::Queue(Queue {
+        name: t.queue.clone(),
+        durable: true,
+        arguments: args,
+        role: Role::Work { attempt: None },
+    }));
+    if t.hops() == 0 {
+        return;
+    }
+    // One wait queue per distinct delay: a queue with one TTL releases messages in order.
+    let mut waits: Vec<(QueueName, Vec<u32>, std::time::Duration)> = Vec::new();
+    for hop in 1..=t.hops() {
+        let name = t.wait_queue(hop);
+        match waits.iter_mut().find(|(n, _, _)| *n == name) {
+            Some((_, hops, _)) => hops.push(hop),
+            None => waits.push((name, vec![hop], t.delay(hop))),
+        }
+    }
+    for (name, hops, delay) in &waits {
+        objects.push(Object::Queue(wait_queue(t, name.clone(), hops.clone(), *delay, &t.queue)));
+    }
+    objects.push(exchange(&t.retry_exchange, ExchangeType::Direct));
+    for (name, hops, _) in &waits {
+        for hop in hops {
+            objects.push(binding(&t.retry_exchange, name, &hop.to_string()));
+        }
+    }
+}

@@ -1,0 +1,473 @@
+//! Message-loss hazards: rules over a `Network`, the same for a compiled spec (`lint`) and a live
+//! vhost (`inspect`). One function per rule; each finding names its rule, and the rule the
+//! RabbitMQ behaviour it rests on. Pure.
+
+mod rules;
+
+use serde::Serialize;
+
+pub use rules::{Rule, Severity};
+
+use crate::model::{ExchangeName, QueueName, Role};
+use crate::network::{DeadLetter, End, Network, Reason};
+use crate::policy::{Effective, Setting, Source};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    pub rule: Rule,
+    pub severity: Severity,
+    /// What happens to messages here, in one sentence.
+    pub message: String,
+    /// The RabbitMQ behaviour the rule rests on.
+    pub because: &'static str,
+    pub queues: Vec<QueueName>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub exchanges: Vec<ExchangeName>,
+}
+
+impl Finding {
+    fn new(rule: Rule, message: String, queues: Vec<QueueName>, exchanges: Vec<ExchangeName>) -> Finding {
+        Finding { rule, severity: rule.severity(), message, because: rule.because(), queues, exchanges }
+    }
+
+    fn on(rule: Rule, queue: &QueueName, message: String) -> Finding {
+        Finding::new(rule, message, vec![queue.clone()], Vec::new())
+    }
+}
+
+const KNOWN_ARGUMENTS: &[&str] = &[
+    "x-expires",
+    "x-message-ttl",
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-dead-letter-strategy",
+    "x-max-length",
+    "x-max-length-bytes",
+    "x-max-in-memory-length",
+    "x-max-in-memory-bytes",
+    "x-max-priority",
+    "x-overflow",
+    "x-queue-mode",
+    "x-queue-version",
+    "x-single-active-consumer",
+    "x-queue-type",
+    "x-quorum-initial-group-size",
+    "x-quorum-target-group-size",
+    "x-delivery-limit",
+    "x-queue-master-locator",
+    "x-queue-leader-locator",
+    "x-max-age",
+    "x-stream-max-segment-size-bytes",
+    "x-initial-cluster-size",
+    "x-stream-filter-size-bytes",
+    "x-delayed-retry-type",
+    "x-delayed-retry-min",
+    "x-delayed-retry-max",
+    "x-consumer-timeout",
+];
+
+/// A delivery limit this high is a deliberate "never", not a trap.
+const UNREACHABLE_DELIVERY_LIMIT: i64 = 10_000;
+
+/// What a rule looks at: one queue of the network, with what it is.
+struct Subject<'n> {
+    n: &'n Network,
+    name: &'n QueueName,
+    q: &'n crate::network::Queue,
+    wait: bool,
+    dead_letter_queue: bool,
+}
+
+/// Every hazard in the network, worst first.
+pub fn check(n: &Network) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for (name, q) in &n.queues {
+        let s = Subject { n, name, q, wait: is_wait_queue(n, name), dead_letter_queue: is_dead_letter_queue(n, name) };
+        dead_letter_route(&s, &mut out);
+        out.extend(dead_letter_routing_key_missing(&s));
+        out.extend(routing_key_without_exchange(&s));
+        out.extend(wait_queue_with_consumers(&s));
+        out.extend(wait_queue_without_ttl(&s));
+        out.extend(expires_on_retry_path(&s));
+        out.extend(drop_head_on_wait_or_dead_letter_queue(&s));
+        out.extend(at_least_once_not_in_force(&s));
+        out.extend(unknown_arguments(&s));
+        out.extend(delivery_limit_drops(&s));
+        out.extend(dead_letter_queue_not_terminal(&s));
+    }
+    dead_letter_cycles(n, &mut out);
+    out.sort_by(|a, b| {
+        (a.severity, a.rule, &a.queues, &a.exchanges).cmp(&(b.severity, b.rule, &b.queues, &b.exchanges))
+    });
+    out.dedup();
+    out
+}
+
+fn lost_or_stuck(at_least_once: bool) -> &'static str {
+    if at_least_once { "they stay in the queue, retried forever" } else { "they are dropped" }
+}
+
+/// dead-letter-exchange-missing, dead-letters-unroutable, dead-letters-fan-out: where the
+/// queue's dead letters go, routed as the broker routes them.
+fn dead_letter_route(s: &Subject, out: &mut Vec<Finding>) {
+    let name = s.name;
+    let dead_letter = s.n.dead_letter(name);
+    if let DeadLetter::Routed { uncertain: true, .. } = &dead_letter
+        && !s.n.has(name, Setting::DeadLetterRoutingKey)
+    {
+        carried_keys(s, out);
+    }
+    out.extend(match dead_letter {
+        DeadLetter::ExchangeMissing { exchange, at_least_once } => Some(Finding::new(
+            Rule::DeadLetterExchangeMissing,
+            format!(
+                "dead letters of `{name}` go to exchange `{exchange}`, which does not exist: {}",
+                lost_or_stuck(at_least_once)
+            ),
+            vec![name.clone()],
+            vec![exchange],
+        )),
+        DeadLetter::Unroutable { exchange, routing_key, at_least_once } => Some(Finding::new(
+            Rule::DeadLettersUnroutable,
+            format!(
+                "dead letters of `{name}` are published to `{exchange}` with {}, which no binding matches: {}",
+                routing_key.map_or("their original routing keys".to_string(), |k| format!("routing key `{k}`")),
+                lost_or_stuck(at_least_once)
+            ),
+            vec![name.clone()],
+            vec![exchange],
+        )),
+        DeadLetter::Routed { exchange, queues, .. } if queues.len() > 1 => Some(Finding::new(
+            Rule::DeadLettersFanOut,
+            format!(
+                "each dead letter of `{name}` is copied to {} queues through `{exchange}`: {}",
+                queues.len(),
+                join(&queues)
+            ),
+            [vec![name.clone()], queues].concat(),
+            vec![exchange],
+        )),
+        _ => None,
+    });
+}
+
+/// A queue with no dead-letter routing key passes its dead letters on with the key they came in
+/// with, which is known when the queue feeding it set one (notes §1.3: the key the previous hop
+/// assigned, not the publisher's): route each such key, as the broker will.
+fn carried_keys(s: &Subject, out: &mut Vec<Finding>) {
+    let name = s.name;
+    for feeder in s.n.feeders(name) {
+        let Some(key) = s.n.text(feeder, Setting::DeadLetterRoutingKey) else { continue };
+        let came = format!("the routing key `{key}` that `{feeder}` gave them");
+        match s.n.dead_letter_carrying(name, Some(&key)) {
+            DeadLetter::Unroutable { exchange, at_least_once, .. } => out.push(Finding::new(
+                Rule::DeadLettersUnroutable,
+                format!(
+                    "dead letters of `{name}` keep {came}, which no binding of `{exchange}` matches: {}",
+                    lost_or_stuck(at_least_once)
+                ),
+                vec![name.clone()],
+                vec![exchange],
+            )),
+            DeadLetter::Routed { exchange, queues, .. } if queues.len() > 1 => out.push(Finding::new(
+                Rule::DeadLettersFanOut,
+                format!(
+                    "dead letters of `{name}` keep {came}, and `{exchange}` copies them to {} queues: {}",
+                    queues.len(),
+                    join(&queues)
+                ),
+                [vec![name.clone()], queues].concat(),
+                vec![exchange],
+            )),
+            _ => {}
+        }
+    }
+}
+
+fn dead_letter_routing_key_missing(s: &Subject) -> Option<Finding> {
+    let dlx = s.n.has(s.name, Setting::DeadLetterExchange);
+    let dlrk = s.n.has(s.name, Setting::DeadLetterRoutingKey);
+    (dlx && !dlrk && (s.wait || !s.n.feeders(s.name).is_empty())).then(|| {
+        Finding::on(
+            Rule::DeadLetterRoutingKeyMissing,
+            s.name,
+            format!(
+                "`{}` sets no dead-letter routing key: its dead letters are routed by whatever keys they carry",
+                s.name
+            ),
+        )
+    })
+}
+
+fn routing_key_without_exchange(s: &Subject) -> Option<Finding> {
+    let dlx = s.n.has(s.name, Setting::DeadLetterExchange);
+    let dlrk = s.n.has(s.name, Setting::DeadLetterRoutingKey);
+    (!dlx && dlrk).then(|| {
+        Finding::on(
+            Rule::RoutingKeyWithoutExchange,
+            s.name,
+            format!(
+                "`{}` has a dead-letter routing key but no dead-letter exchange: its dead letters are discarded",
+                s.name
+            ),
+        )
+    })
+}
+
+fn wait_queue_with_consumers(s: &Subject) -> Option<Finding> {
+    let consumers = s.q.consumers.unwrap_or(0);
+    (s.wait && consumers > 0).then(|| {
+        Finding::on(
+            Rule::WaitQueueWithConsumers,
+            s.name,
+            format!("wait queue `{}` has {consumers} consumer(s): they take messages before the TTL ends", s.name),
+        )
+    })
+}
+
+fn wait_queue_without_ttl(s: &Subject) -> Option<Finding> {
+    (!s.dead_letter_queue && s.n.is_stranding(s.name)).then(|| {
+        Finding::on(
+            Rule::WaitQueueWithoutTtl,
+            s.name,
+            format!(
+                "`{}` receives dead letters from a retry loop it belongs to, but has no TTL and no consumer: they wait there forever",
+                s.name
+            ),
+        )
+    })
+}
+
+fn expires_on_retry_path(s: &Subject) -> Option<Finding> {
+    let e = s.n.setting(s.name, Setting::Expires)?;
+    (s.n.has(s.name, Setting::DeadLetterExchange) || !s.n.feeders(s.name).is_empty()).then(|| {
+        Finding::on(
+            Rule::ExpiresOnRetryPath,
+            s.name,
+            format!("`{}` expires after {} ms unused{}: deleted with the messages in it", s.name, e.value, source(e)),
+        )
+    })
+}
+
+fn drop_head_on_wait_or_dead_letter_queue(s: &Subject) -> Option<Finding> {
+    ((s.wait || s.dead_letter_queue) && s.n.can_dead_letter(s.name, Reason::Maxlen)).then(|| {
+        let (what, effect) = if s.dead_letter_queue {
+            ("dead-letter queue", "are discarded when it is full")
+        } else {
+            ("wait queue", "leave before their delay when it is full")
+        };
+        Finding::on(
+            Rule::DropHeadOnWaitOrDeadLetterQueue,
+            s.name,
+            format!("{what} `{}` has a length limit with drop-head overflow: its oldest messages {effect}", s.name),
+        )
+    })
+}
+
+fn at_least_once_not_in_force(s: &Subject) -> Option<Finding> {
+    let asked = s.n.text(s.name, Setting::DeadLetterStrategy).as_deref() == Some("at-least-once");
+    if !asked || s.n.at_least_once(s.name) {
+        return None;
+    }
+    let why = if !s.q.quorum {
+        "it is a classic queue, which dead-letters at most once".to_string()
+    } else {
+        format!(
+            "its overflow is {}, not reject-publish",
+            s.n.text(s.name, Setting::Overflow).unwrap_or_else(|| "drop-head (the default)".into())
+        )
+    };
+    Some(Finding::on(
+        Rule::AtLeastOnceNotInForce,
+        s.name,
+        format!("`{}` asks for at-least-once dead-lettering, but {why}: dead letters can be lost in transit", s.name),
+    ))
+}
+
+fn unknown_arguments(s: &Subject) -> Vec<Finding> {
+    s.q.arguments
+        .keys()
+        .filter(|key| !KNOWN_ARGUMENTS.contains(&key.as_str()))
+        .map(|key| {
+            let hint = if KNOWN_ARGUMENTS.contains(&format!("x-{key}").as_str()) {
+                format!("; did you mean `x-{key}`?")
+            } else {
+                KNOWN_ARGUMENTS
+                    .iter()
+                    .map(|k| (k, strsim::jaro_winkler(key, k)))
+                    .filter(|(_, score)| *score > 0.85)
+                    .max_by(|a, b| a.1.total_cmp(&b.1))
+                    .map(|(k, _)| format!("; did you mean `{k}`?"))
+                    .unwrap_or_default()
+            };
+            Finding::on(
+                Rule::UnknownArgument,
+                s.name,
+                format!("`{}` has argument `{key}`, which RabbitMQ ignores{hint}", s.name),
+            )
+        })
+        .collect()
+}
+
+fn delivery_limit_drops(s: &Subject) -> Option<Finding> {
+    if !s.q.quorum || s.n.has(s.name, Setting::DeadLetterExchange) {
+        return None;
+    }
+    let limit = s.n.delivery_limit(s.name).filter(|l| *l < UNREACHABLE_DELIVERY_LIMIT)?;
+    let default = if s.n.has(s.name, Setting::DeliveryLimit) { "" } else { " (RabbitMQ 4's default)" };
+    Some(Finding::on(
+        Rule::DeliveryLimitDrops,
+        s.name,
+        format!(
+            "quorum queue `{}` drops a message redelivered more than {limit} time(s){default}: it has no dead-letter exchange",
+            s.name
+        ),
+    ))
+}
+
+fn dead_letter_queue_not_terminal(s: &Subject) -> Option<Finding> {
+    if !s.dead_letter_queue {
+        return None;
+    }
+    let what = match (s.n.setting(s.name, Setting::MessageTtl), s.n.text(s.name, Setting::DeadLetterExchange)) {
+        (Some(ttl), _) => format!("expires its messages after {} ms{}", ttl.value, source(ttl)),
+        (None, Some(x)) => format!("passes its dead letters on to exchange `{x}`"),
+        (None, None) => return None,
+    };
+    Some(Finding::on(Rule::DeadLetterQueueNotTerminal, s.name, format!("dead-letter queue `{}` {what}", s.name)))
+}
+
+/// A queue that holds messages for a TTL and then dead-letters them: from the spec's role, or on
+/// a live broker from its shape.
+pub fn is_wait_queue(n: &Network, name: &str) -> bool {
+    let Some(q) = n.queues.get(name) else { return false };
+    match &q.role {
+        Some(role) => matches!(role, Role::Wait { .. }),
+        None => n.has(name, Setting::MessageTtl) && n.has(name, Setting::DeadLetterExchange),
+    }
+}
+
+/// A parking lot: from the spec's role, or on a live broker a queue that receives dead letters
+/// and is named like one.
+pub fn is_dead_letter_queue(n: &Network, name: &str) -> bool {
+    let Some(q) = n.queues.get(name) else { return false };
+    match &q.role {
+        Some(role) => matches!(role, Role::DeadLetter),
+        None => {
+            let lower = name.to_ascii_lowercase();
+            ["dlq", "dead", "parking", "error", "failed", "poison"].iter().any(|w| lower.contains(w))
+                && !n.feeders(name).is_empty()
+        }
+    }
+}
+
+fn source(e: &Effective) -> String {
+    match (&e.source, &e.policy) {
+        (Source::Policy, Some(p)) => format!(" (set by policy `{p}`)"),
+        (Source::OperatorPolicy, Some(p)) => format!(" (set by operator policy `{p}`)"),
+        _ => String::new(),
+    }
+}
+
+fn join(queues: &[QueueName]) -> String {
+    queues.iter().map(QueueName::as_str).collect::<Vec<_>>().join(", ")
+}
+
+/// dead-letter-cycle: a way round with no rejection, found by following every queue's
+/// non-rejected deaths. The same cycle found from each of its queues is one finding.
+fn dead_letter_cycles(n: &Network, out: &mut Vec<Finding>) {
+    let mut found = std::collections::BTreeSet::new();
+    for name in n.queues.keys() {
+        for reason in [Reason::Expired, Reason::Maxlen, Reason::DeliveryLimit] {
+            if !n.can_dead_letter(name, reason) {
+                continue;
+            }
+            let path = n.path(name, reason);
+            if let End::DroppedAsCycle { .. } = &path.end {
+                let mut queues: Vec<QueueName> = path.hops.iter().map(|h| h.queue.clone()).collect();
+                queues.sort();
+                queues.dedup();
+                if found.insert(queues.clone()) {
+                    out.push(Finding::new(
+                        Rule::DeadLetterCycle,
+                        format!(
+                            "a message that dies in `{name}` ({}) goes round {} and is dropped on its way back",
+                            reason.as_str(),
+                            queues.iter().map(QueueName::as_str).collect::<Vec<_>>().join(" -> ")
+                        ),
+                        queues,
+                        Vec::new(),
+                    ));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compile::compile;
+    use crate::spec;
+
+    fn lint(toml: &str) -> Vec<Finding> {
+        let c = compile(&spec::from_str("t.toml", toml).unwrap_or_else(|e| panic!("{}", e.render_plain())));
+        check(&Network::from_compiled(&c.iter().collect::<Vec<_>>()))
+    }
+
+    #[test]
+    fn every_hopper_topology_is_clean() {
+        for strategy in ["republish", "chain"] {
+            for queue_type in ["quorum", "classic"] {
+                let findings = lint(&format!(
+                    "[topology.orders]\nstrategy = \"{strategy}\"\nqueue_type = \"{queue_type}\"\nexchange_type = \"topic\"\ndelays = [\"1s\", \"5s\"]\nmax_attempts = 4\n\n[topology.emails]\nexchange_type = \"fanout\"\nmax_attempts = 1\n"
+                ));
+                assert_eq!(findings, vec![], "{strategy} {queue_type}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_routing_key_left_by_the_previous_hop_that_nothing_matches_is_unroutable() {
+        let findings = check(&crate::network::tests::loop_without_routing_key(None));
+        let rules: Vec<(Rule, Vec<&str>)> =
+            findings.iter().map(|f| (f.rule, f.queues.iter().map(|q| q.as_str()).collect())).collect();
+        assert!(rules.contains(&(Rule::DeadLettersUnroutable, vec!["wait"])), "{findings:#?}");
+        assert!(rules.contains(&(Rule::DeadLetterRoutingKeyMissing, vec!["wait"])), "{findings:#?}");
+        assert!(findings.iter().any(|f| f.rule == Rule::DeadLettersUnroutable && f.exchanges == ["orders"]));
+        // An alternate exchange catches it: only the warning remains.
+        let findings = check(&crate::network::tests::loop_without_routing_key(Some("unrouted")));
+        assert_eq!(findings.iter().map(|f| f.rule).collect::<Vec<_>>(), [Rule::DeadLetterRoutingKeyMissing]);
+    }
+
+    #[test]
+    fn every_rule_has_its_own_id() {
+        let ids: std::collections::BTreeSet<_> = Rule::ALL.iter().map(|r| r.id()).collect();
+        assert_eq!(ids.len(), Rule::ALL.len());
+    }
+
+    #[test]
+    fn a_dead_letter_cycle_is_one_finding_whichever_queue_it_is_found_from() {
+        let s = |v: &str| crate::model::ArgValue::str(v);
+        let n = Network::default()
+            .with_queue(
+                "a",
+                &[
+                    ("x-message-ttl", crate::model::ArgValue::Int(5)),
+                    ("x-dead-letter-exchange", s("")),
+                    ("x-dead-letter-routing-key", s("b")),
+                ],
+            )
+            .with_queue(
+                "b",
+                &[
+                    ("x-message-ttl", crate::model::ArgValue::Int(5)),
+                    ("x-dead-letter-exchange", s("")),
+                    ("x-dead-letter-routing-key", s("a")),
+                ],
+            );
+        let cycles: Vec<_> = check(&n).into_iter().filter(|f| f.rule == Rule::DeadLetterCycle).collect();
+        assert_eq!(cycles.len(), 1, "{cycles:#?}");
+        assert_eq!(cycles[0].queues, ["a", "b"]);
+    }
+}

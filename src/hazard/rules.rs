@@ -1,0 +1,132 @@
+//! The rules, each with its id, its severity and the RabbitMQ behaviour it rests on (notes §6).
+
+use serde::{Serialize, Serializer};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    Error,
+    Warning,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Rule {
+    DeadLetterExchangeMissing,
+    DeadLettersUnroutable,
+    DeadLettersFanOut,
+    DeadLetterCycle,
+    WaitQueueWithoutTtl,
+    WaitQueueWithConsumers,
+    ExpiresOnRetryPath,
+    DropHeadOnWaitOrDeadLetterQueue,
+    AtLeastOnceNotInForce,
+    RoutingKeyWithoutExchange,
+    UnknownArgument,
+    DeliveryLimitDrops,
+    DeadLetterQueueNotTerminal,
+    DeadLetterRoutingKeyMissing,
+}
+
+impl Rule {
+    pub const ALL: [Rule; 14] = [
+        Rule::DeadLetterExchangeMissing,
+        Rule::DeadLettersUnroutable,
+        Rule::DeadLettersFanOut,
+        Rule::DeadLetterCycle,
+        Rule::WaitQueueWithoutTtl,
+        Rule::WaitQueueWithConsumers,
+        Rule::ExpiresOnRetryPath,
+        Rule::DropHeadOnWaitOrDeadLetterQueue,
+        Rule::AtLeastOnceNotInForce,
+        Rule::RoutingKeyWithoutExchange,
+        Rule::UnknownArgument,
+        Rule::DeliveryLimitDrops,
+        Rule::DeadLetterQueueNotTerminal,
+        Rule::DeadLetterRoutingKeyMissing,
+    ];
+
+    /// The id shown in brackets and in JSON.
+    pub fn id(self) -> &'static str {
+        match self {
+            Rule::DeadLetterExchangeMissing => "dead-letter-exchange-missing",
+            Rule::DeadLettersUnroutable => "dead-letters-unroutable",
+            Rule::DeadLettersFanOut => "dead-letters-fan-out",
+            Rule::DeadLetterCycle => "dead-letter-cycle",
+            Rule::WaitQueueWithoutTtl => "wait-queue-without-ttl",
+            Rule::WaitQueueWithConsumers => "wait-queue-with-consumers",
+            Rule::ExpiresOnRetryPath => "expires-on-retry-path",
+            Rule::DropHeadOnWaitOrDeadLetterQueue => "drop-head-on-wait-or-dead-letter-queue",
+            Rule::AtLeastOnceNotInForce => "at-least-once-not-in-force",
+            Rule::RoutingKeyWithoutExchange => "routing-key-without-exchange",
+            Rule::UnknownArgument => "unknown-argument",
+            Rule::DeliveryLimitDrops => "delivery-limit-drops",
+            Rule::DeadLetterQueueNotTerminal => "dead-letter-queue-not-terminal",
+            Rule::DeadLetterRoutingKeyMissing => "dead-letter-routing-key-missing",
+        }
+    }
+
+    pub fn severity(self) -> Severity {
+        match self {
+            Rule::WaitQueueWithConsumers | Rule::DeadLetterRoutingKeyMissing => Severity::Warning,
+            _ => Severity::Error,
+        }
+    }
+
+    /// The RabbitMQ behaviour the rule rests on, in one sentence.
+    pub fn because(self) -> &'static str {
+        match self {
+            Rule::DeadLetterExchangeMissing => {
+                "RabbitMQ silently drops a dead letter whose dead-letter exchange does not exist; a quorum queue with at-least-once dead-lettering keeps it and retries forever instead."
+            }
+            Rule::DeadLettersUnroutable => {
+                "Dead-lettering is an ordinary publish: when no binding matches, the dead letter is dropped, or with quorum at-least-once kept and retried forever."
+            }
+            Rule::DeadLettersFanOut => {
+                "Every queue whose binding matches a dead letter gets a copy, so one failure becomes several messages."
+            }
+            Rule::DeadLetterCycle => {
+                "RabbitMQ drops a dead letter that returns to a queue with no rejection since it last left it (a TTL, length limit or delivery limit in the loop)."
+            }
+            Rule::WaitQueueWithoutTtl => {
+                "Dead-lettering removes a message's own expiration, so in a queue with no TTL and no consumer a dead letter waits forever."
+            }
+            Rule::WaitQueueWithConsumers => {
+                "A consumer on a wait queue takes messages before their TTL ends, so the retry delay is not honoured."
+            }
+            Rule::ExpiresOnRetryPath => {
+                "A queue that expires is deleted with its messages without dead-lettering them, and a wait queue has no consumer, so it counts as unused."
+            }
+            Rule::DropHeadOnWaitOrDeadLetterQueue => {
+                "With a length limit and the default drop-head overflow, RabbitMQ removes the oldest messages: dead-lettered early from a wait queue, lost from a dead-letter queue."
+            }
+            Rule::AtLeastOnceNotInForce => {
+                "Quorum at-least-once dead-lettering needs a dead-letter exchange and overflow reject-publish, or RabbitMQ silently falls back to at most once; classic queues ignore it."
+            }
+            Rule::RoutingKeyWithoutExchange => {
+                "A dead-letter routing key without a dead-letter exchange is refused as an argument and, set by a policy on a quorum queue, turns dead-lettering off."
+            }
+            Rule::UnknownArgument => "RabbitMQ stores an x-argument it does not know without a word and ignores it.",
+            Rule::DeliveryLimitDrops => {
+                "A quorum queue drops a message redelivered past its delivery limit (20 by default since RabbitMQ 4.0) when it has no dead-letter exchange."
+            }
+            Rule::DeadLetterQueueNotTerminal => {
+                "A dead-letter queue with a TTL expires its messages, and one with a dead-letter exchange passes them on: the parking lot does not keep them."
+            }
+            Rule::DeadLetterRoutingKeyMissing => {
+                "Without a dead-letter routing key a dead letter keeps its current routing keys, which earlier hops rewrite, so where it goes depends on its history."
+            }
+        }
+    }
+}
+
+impl Serialize for Rule {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.id())
+    }
+}
+
+impl std::fmt::Display for Rule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.id())
+    }
+}

@@ -1,0 +1,96 @@
+use super::*;
+use crate::compile::compile;
+use crate::spec;
+
+fn network(toml: &str) -> Network {
+    let c = compile(&spec::from_str("t.toml", toml).unwrap_or_else(|e| panic!("{}", e.render_plain())));
+    Network::from_compiled(&c.iter().collect::<Vec<_>>())
+}
+
+#[test]
+fn topic_patterns() {
+    assert!(topic_matches("order.*", "order.created"));
+    assert!(!topic_matches("order.*", "order.created.eu"));
+    assert!(topic_matches("order.#", "order"));
+    assert!(topic_matches("#", ""));
+    assert!(topic_matches("#.eu", "order.created.eu"));
+    assert!(!topic_matches("*.eu", "eu"));
+}
+
+#[test]
+fn a_hopper_topology_parks_or_redelivers_every_dead_letter() {
+    let n = network("[topology.orders]\ndelays = [\"5s\"]\nmax_attempts = 3\n");
+    assert_eq!(n.path("orders", Reason::Rejected).end, End::Held { queue: "orders.dlq".into() });
+    assert_eq!(n.path("orders", Reason::DeliveryLimit).end, End::Held { queue: "orders.dlq".into() });
+    assert_eq!(n.path("orders.wait-5s", Reason::Expired).end, End::Consumed { queue: "orders".into() });
+    let chain = network("[topology.orders]\nstrategy = \"chain\"\ndelays = [\"5s\"]\nmax_attempts = 3\n");
+    let p = chain.path("orders", Reason::Rejected);
+    assert_eq!(p.end, End::Consumed { queue: "orders.attempt-2".into() });
+    assert_eq!(p.hops.iter().map(|h| h.queue.as_str()).collect::<Vec<_>>(), ["orders", "orders.hop-1.wait-5s"]);
+}
+
+#[test]
+fn a_cycle_without_rejection_is_dropped() {
+    // A quorum main queue that dead-letters (delivery limit) into a wait queue that returns
+    // to it: the classic loop, dropped on its second lap.
+    let mut n = network("[topology.orders]\ndelays = [\"5s\"]\nmax_attempts = 2\n");
+    let main = n.queues.get_mut("orders").unwrap();
+    for (k, v) in [(Setting::DeadLetterExchange, ""), (Setting::DeadLetterRoutingKey, "orders.wait-5s")] {
+        main.effective
+            .insert(k, Effective { value: ArgValue::Str(v.into()), source: policy::Source::Argument, policy: None });
+    }
+    let p = n.path("orders", Reason::DeliveryLimit);
+    assert_eq!(p.end, End::DroppedAsCycle { queue: "orders".into() }, "{p:?}");
+    // A rejection breaks the cycle rule: redelivered to consumers.
+    assert_eq!(n.path("orders", Reason::Rejected).end, End::Consumed { queue: "orders".into() });
+}
+
+/// `orders` rejects through `retry` with key `wait` into `wait`, whose TTL sends it back to
+/// the main exchange `orders` with no dead-letter routing key of its own.
+pub(crate) fn loop_without_routing_key(alternate: Option<&str>) -> Network {
+    let s = |v: &str| ArgValue::Str(v.into());
+    let mut n = Network::default()
+        .with_exchange("orders", "direct", alternate)
+        .with_exchange("retry", "direct", None)
+        .with_queue("orders", &[("x-dead-letter-exchange", s("retry")), ("x-dead-letter-routing-key", s("wait"))])
+        .with_queue("wait", &[("x-message-ttl", ArgValue::Int(200)), ("x-dead-letter-exchange", s("orders"))])
+        .with_binding("orders", "orders", "order.created")
+        .with_binding("retry", "wait", "wait");
+    if let Some(ae) = alternate {
+        n = n.with_exchange(ae, "fanout", None).with_queue(ae, &[]).with_binding(ae, ae, "");
+    }
+    n
+}
+
+#[test]
+fn a_dead_letter_keeps_the_routing_key_the_previous_hop_gave_it() {
+    // `wait` publishes it to `orders` with key `wait`, which only the alternate exchange takes.
+    let n = loop_without_routing_key(Some("unrouted"));
+    let p = n.path("orders", Reason::Rejected);
+    assert_eq!(p.end, End::Held { queue: "unrouted".into() });
+    assert_eq!(
+        p.hops[1].dead_letter,
+        DeadLetter::Routed {
+            exchange: "orders".into(),
+            routing_key: Some("wait".into()),
+            queues: vec!["unrouted".into()],
+            uncertain: false
+        }
+    );
+    // Without the alternate exchange it is dropped, and the reason names the key.
+    let p = loop_without_routing_key(None).path("orders", Reason::Rejected);
+    assert!(matches!(&p.end, End::Dropped { why } if why.contains("routing key `wait`")), "{p:?}");
+}
+
+#[test]
+fn an_alternate_exchange_is_not_assumed_when_a_binding_might_match() {
+    // What reaches `wait` first is unknown here, so its key is: `order.created` would go to
+    // `orders`, anything else to `unrouted`.
+    let n = loop_without_routing_key(Some("unrouted"));
+    let routed = n.route("orders", None);
+    assert!(routed.uncertain && routed.queues.is_empty() && routed.via_alternate.is_none(), "{routed:?}");
+    assert!(matches!(n.path("wait", Reason::Expired).end, End::Unknown { .. }));
+    // With the key known, the alternate exchange takes what no binding matches.
+    assert_eq!(n.route("orders", Some("wait")).queues, BTreeSet::from(["unrouted".into()]));
+    assert_eq!(n.route("orders", Some("order.created")).queues, BTreeSet::from(["orders".into()]));
+}

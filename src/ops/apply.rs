@@ -1,0 +1,127 @@
+//! `apply`: plan every vhost against the live broker, refuse any conflict before changing
+//! anything, then converge, sinks first.
+
+use anyhow::Result;
+use serde::Serialize;
+
+use crate::broker::{Endpoint, amqp, http};
+use crate::compile::CompiledTopology;
+use crate::model::Object;
+use crate::plan::{self, Options, Override, Plan, Step};
+
+#[derive(Debug, Clone, Default)]
+pub struct Request {
+    pub dry_run: bool,
+    pub prune: bool,
+}
+
+/// Where a vhost's state was read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReadFrom {
+    ManagementApi,
+    /// Passive declarations over AMQP: the management API could not be used.
+    Amqp,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub dry_run: bool,
+    /// Whether the plan was carried out: not on a dry run, and not when anything conflicted.
+    pub applied: bool,
+    pub vhosts: Vec<VhostReport>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct VhostReport {
+    pub vhost: String,
+    pub read_from: ReadFrom,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    pub steps: Vec<Step>,
+    /// Policies that make a queue behave otherwise than the spec says; apply cannot change them.
+    pub overrides: Vec<Override>,
+    /// Steps the broker refused while applying, by index into `steps`, with its reason.
+    pub refused: Vec<(usize, String)>,
+}
+
+impl Report {
+    pub fn conflicts(&self) -> usize {
+        self.vhosts.iter().map(|v| v.steps.iter().filter(|s| matches!(s, Step::Conflict { .. })).count()).sum()
+    }
+
+    /// Refusals that stopped the run. A prune deletion the broker refused (the queue is no
+    /// longer empty) is not one: the queue was kept, which is what the refusal is for.
+    pub fn refused(&self) -> usize {
+        self.vhosts
+            .iter()
+            .map(|v| v.refused.iter().filter(|(i, _)| !matches!(v.steps[*i], Step::Delete { .. })).count())
+            .sum()
+    }
+}
+
+pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], request: &Request) -> Result<Report> {
+    super::runtime()?.block_on(async {
+        let options = Options { prune: request.prune, admin: Some(endpoint.admin()) };
+        // Plan every vhost before changing any: a conflict anywhere stops the whole run.
+        let mut work = Vec::new();
+        for (vhost, topologies) in by_vhost {
+            let mut session = amqp::Session::connect(endpoint, vhost).await?;
+            let (mut live, read_from, note) = match http::read(endpoint, vhost).await {
+                Ok(mut live) => {
+                    super::exact_counts(&mut session, &mut live, topologies).await?;
+                    (live, ReadFrom::ManagementApi, None)
+                }
+                Err(e) => {
+                    let live = session.probe(&plan::desired(topologies)).await?;
+                    let note = format!(
+                        "{e:#}; read over AMQP instead: bindings are declared again (idempotent), and queues left over by earlier specs cannot be listed"
+                    );
+                    (live, ReadFrom::Amqp, Some(note))
+                }
+            };
+            let mut plan = plan::plan(vhost, topologies, &live, &options);
+            // A refusal says how many messages the queue holds: count them exactly.
+            let conflicting: Vec<_> = plan
+                .conflicts()
+                .filter_map(|s| match s {
+                    Step::Conflict { object: Object::Queue(q), .. } => Some(q.name.clone()),
+                    _ => None,
+                })
+                .collect();
+            if !conflicting.is_empty() {
+                for name in conflicting {
+                    if let (Some(q), Some((messages, _))) = (live.queues.get_mut(&name), session.queue_counts(&name).await?)
+                    {
+                        q.messages = Some(messages.max(q.messages.unwrap_or(0)));
+                    }
+                }
+                plan = plan::plan(vhost, topologies, &live, &options);
+            }
+            work.push((session, plan, read_from, note));
+        }
+
+        let conflicts = work.iter().map(|(_, p, _, _)| p.conflicts().count()).sum::<usize>();
+        let apply = conflicts == 0 && !request.dry_run;
+        let mut vhosts = Vec::new();
+        for (mut session, plan, read_from, note) in work {
+            let refused = if apply { execute(&mut session, &plan).await? } else { Vec::new() };
+            session.close().await;
+            let Plan { vhost, steps, overrides, .. } = plan;
+            vhosts.push(VhostReport { vhost, read_from, note, steps, overrides, refused });
+        }
+        Ok(Report { dry_run: request.dry_run, applied: apply, vhosts })
+    })
+}
+
+async fn execute(session: &mut amqp::Session, plan: &Plan) -> Result<Vec<(usize, String)>> {
+    Ok(session
+        .execute(plan)
+        .await?
+        .into_iter()
+        .filter_map(|(i, outcome)| match outcome {
+            amqp::Outcome::Refused(reason) => Some((i, reason)),
+            amqp::Outcome::Done => None,
+        })
+        .collect())
+}

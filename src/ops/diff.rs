@@ -1,0 +1,205 @@
+//! `diff`: the plan, read as a description of the differences between the spec and the broker.
+
+use std::collections::BTreeMap;
+
+use anyhow::{Result, bail};
+use serde::Serialize;
+
+use crate::broker::{Endpoint, amqp, http};
+use crate::compile::CompiledTopology;
+use crate::model::{ArgValue, Binding, ExchangeName, Object, QueueName};
+use crate::plan::{self, Difference, Options, Plan, Step, WayOut};
+use crate::policy::{Setting, Source};
+
+/// One object's state against the spec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    InSync,
+    /// The spec has it, the broker does not: `apply` creates it.
+    Missing,
+    /// It differs in something that cannot change in place.
+    Conflict,
+    /// Under a topology's names, no longer in the spec.
+    Extra,
+    /// A policy makes the queue behave otherwise than the spec says.
+    Overridden,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::InSync => "in sync",
+            Status::Missing => "missing",
+            Status::Conflict => "conflict",
+            Status::Extra => "extra",
+            Status::Overridden => "overridden",
+        }
+    }
+}
+
+/// What an entry is about, identified as RabbitMQ identifies it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Subject {
+    Exchange { name: ExchangeName },
+    Queue { name: QueueName },
+    Binding(Binding),
+}
+
+impl Subject {
+    fn of(object: &Object) -> Subject {
+        match object {
+            Object::Exchange(e) => Subject::Exchange { name: e.name.clone() },
+            Object::Queue(q) => Subject::Queue { name: q.name.clone() },
+            Object::Binding(b) => Subject::Binding(b.clone()),
+        }
+    }
+
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Subject::Exchange { .. } => "exchange",
+            Subject::Queue { .. } => "queue",
+            Subject::Binding(_) => "binding",
+        }
+    }
+}
+
+/// For people: a name, or a binding as `source -> destination ("key")`.
+impl std::fmt::Display for Subject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Subject::Exchange { name } => write!(f, "{name}"),
+            Subject::Queue { name } => write!(f, "{name}"),
+            Subject::Binding(b) => write!(f, "{b}"),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct Entry {
+    pub status: Status,
+    #[serde(flatten)]
+    pub subject: Subject,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub differences: Vec<Difference>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ways_out: Vec<WayOut>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub messages: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub consumers: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drains_into: Option<String>,
+    /// For `overridden`: the setting, the spec's value, the effective value and who set it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub setting: Option<Setting>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spec: Option<ArgValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub effective: Option<ArgValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<Source>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct VhostDiff {
+    pub vhost: String,
+    pub objects: Vec<Entry>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub in_sync: bool,
+    /// Count of entries per status.
+    pub summary: BTreeMap<Status, usize>,
+    pub vhosts: Vec<VhostDiff>,
+}
+
+pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)]) -> Result<Report> {
+    let plans = super::runtime()?.block_on(async {
+        let options = Options { prune: false, admin: Some(endpoint.admin()) };
+        let mut plans = Vec::new();
+        for (vhost, topologies) in by_vhost {
+            let mut live = match http::read(endpoint, vhost).await {
+                Ok(live) => live,
+                Err(e) => bail!("hopper diff reads the broker through the management API and cannot: {e:#}"),
+            };
+            // Exact message counts for left-over queues, when AMQP is reachable too.
+            if let Ok(mut session) = amqp::Session::connect(endpoint, vhost).await {
+                super::exact_counts(&mut session, &mut live, topologies).await?;
+                session.close().await;
+            }
+            plans.push(plan::plan(vhost, topologies, &live, &options));
+        }
+        Ok(plans)
+    })?;
+    Ok(report(&plans))
+}
+
+/// The plan, read as a description of the differences. Pure.
+pub fn report(plans: &[Plan]) -> Report {
+    let mut summary = BTreeMap::new();
+    let vhosts: Vec<VhostDiff> = plans
+        .iter()
+        .map(|p| {
+            let mut objects: Vec<Entry> = p.steps.iter().filter_map(entry).collect();
+            objects.extend(p.overrides.iter().map(|o| Entry {
+                setting: Some(o.setting),
+                spec: o.spec.clone(),
+                effective: Some(o.effective.clone()),
+                source: Some(o.source),
+                policy: Some(o.policy.clone()),
+                ..Entry::new(Status::Overridden, Subject::Queue { name: o.queue.clone() })
+            }));
+            for e in &objects {
+                *summary.entry(e.status).or_insert(0) += 1;
+            }
+            VhostDiff { vhost: p.vhost.clone(), objects }
+        })
+        .collect();
+    let in_sync = summary.keys().all(|s| *s == Status::InSync);
+    Report { in_sync, summary, vhosts }
+}
+
+impl Entry {
+    fn new(status: Status, subject: Subject) -> Entry {
+        Entry {
+            status,
+            subject,
+            differences: Vec::new(),
+            ways_out: Vec::new(),
+            messages: None,
+            consumers: None,
+            drains_into: None,
+            setting: None,
+            spec: None,
+            effective: None,
+            source: None,
+            policy: None,
+        }
+    }
+}
+
+fn entry(step: &Step) -> Option<Entry> {
+    Some(match step {
+        Step::InSync { object } => Entry::new(Status::InSync, Subject::of(object)),
+        // `Ensure` only arises without the management API, which diff refuses to work without.
+        Step::Create { object } | Step::Ensure { object } => Entry::new(Status::Missing, Subject::of(object)),
+        Step::Conflict { object, differences, ways_out } => Entry {
+            differences: differences.clone(),
+            ways_out: ways_out.clone(),
+            ..Entry::new(Status::Conflict, Subject::of(object))
+        },
+        Step::Unbind { binding } => Entry::new(Status::Extra, Subject::Binding(binding.clone())),
+        Step::Extra { queue, messages, consumers, drains_into, .. } => Entry {
+            messages: *messages,
+            consumers: *consumers,
+            drains_into: drains_into.clone(),
+            ..Entry::new(Status::Extra, Subject::Queue { name: queue.clone() })
+        },
+        Step::Delete { .. } => return None,
+    })
+}

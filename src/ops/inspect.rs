@@ -1,0 +1,247 @@
+//! `inspect`: the live vhost as the broker sees it. Per queue: messages, consumers, the effective
+//! TTL, dead-letter exchange and limits after policies, and where each kind of death really goes,
+//! hop by hop; then every hazard, worst first. Works on any queue, hopper's or not.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use anyhow::{Result, bail};
+use serde::Serialize;
+
+use crate::broker::amqp::{Peeked, Session};
+use crate::broker::{Endpoint, http};
+use crate::hazard::{self, Finding};
+use crate::model::{ArgValue, QueueName};
+use crate::network::{Network, Path, Reason};
+use crate::policy::{Setting, Source};
+
+/// One vhost to inspect, and the queues in it to look at (`None`: all).
+pub struct Scope {
+    pub vhost: String,
+    pub queues: Option<BTreeSet<QueueName>>,
+}
+
+pub struct Request {
+    pub scopes: Vec<Scope>,
+    /// Only this queue.
+    pub queue: Option<QueueName>,
+    /// Summarise the dead letters of `queue`, peeking at most this many.
+    pub peek: Option<usize>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub vhost: String,
+    pub version: Option<String>,
+    pub queues: Vec<QueueReport>,
+    pub hazards: Vec<Finding>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dead_letters: Option<DeadLetterSummary>,
+}
+
+/// The dead letters of one queue, grouped by where and why they first died.
+#[derive(Debug, Serialize)]
+pub struct DeadLetterSummary {
+    pub queue: QueueName,
+    pub peeked: usize,
+    /// What the peek did to the messages, plainly.
+    pub effect: String,
+    pub groups: Vec<Group>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Group {
+    pub first_death_queue: String,
+    pub first_death_reason: String,
+    pub messages: usize,
+    /// Seconds since the epoch of the oldest and newest first deaths in the group.
+    pub oldest: Option<u64>,
+    pub newest: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct QueueReport {
+    pub name: QueueName,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub ready: Option<u64>,
+    pub unacked: Option<u64>,
+    pub consumers: Option<u64>,
+    /// Each setting that decides where messages go, with where its value comes from.
+    pub effective: BTreeMap<Setting, SettingValue>,
+    /// For each way this queue can dead-letter, where the message goes.
+    pub dead_letters: BTreeMap<Reason, Path>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SettingValue {
+    pub value: ArgValue,
+    pub source: Source,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
+}
+
+pub fn run(endpoint: &Endpoint, request: &Request) -> Result<Vec<Report>> {
+    let runtime = super::runtime()?;
+    let mut reports = Vec::new();
+    for scope in &request.scopes {
+        let vhost = &scope.vhost;
+        let live = match runtime.block_on(http::read(endpoint, vhost)) {
+            Ok(live) => live,
+            Err(e) => bail!("hopper inspect reads the broker through the management API and cannot: {e:#}"),
+        };
+        let network = Network::from_live(&live);
+        let selected = |q: &QueueName| {
+            request.queue.as_ref().is_none_or(|only| only == q) && scope.queues.as_ref().is_none_or(|n| n.contains(q))
+        };
+        if let Some(only) = &request.queue
+            && !network.queues.contains_key(only)
+        {
+            bail!("queue `{only}` does not exist in vhost `{vhost}`");
+        }
+        let hazards: Vec<Finding> =
+            hazard::check(&network).into_iter().filter(|f| f.queues.iter().any(&selected)).collect();
+        let queues = network.queues.keys().filter(|q| selected(q)).map(|q| queue_report(&network, q)).collect();
+        let dead_letters = match (&request.queue, request.peek) {
+            (Some(queue), Some(limit)) => {
+                if let Some(refusal) = peek_refusal(&network, queue) {
+                    bail!("{refusal}");
+                }
+                let peeked = runtime.block_on(async {
+                    let mut session = Session::connect(endpoint, vhost).await?;
+                    let peeked = session.peek(queue, limit).await;
+                    session.close().await;
+                    peeked
+                })?;
+                let quorum = network.queues[queue].quorum;
+                Some(DeadLetterSummary {
+                    queue: queue.clone(),
+                    peeked: peeked.len(),
+                    effect: peek_effect(quorum),
+                    groups: summarize(&peeked),
+                })
+            }
+            _ => None,
+        };
+        reports.push(Report { vhost: vhost.clone(), version: live.version.clone(), queues, hazards, dead_letters });
+    }
+    Ok(reports)
+}
+
+/// Why peeking at `queue` could lose a message, if it could. A peek gives every message back;
+/// on a quorum queue each return counts as a delivery (RabbitMQ 4.0 to 4.2), so a reachable
+/// delivery limit would dead-letter or drop messages.
+pub fn peek_refusal(n: &Network, queue: &str) -> Option<String> {
+    let q = n.queues.get(queue)?;
+    let limit = n.delivery_limit(queue)?;
+    if !q.quorum || limit >= 10_000 {
+        return None;
+    }
+    let then = match n.text(queue, Setting::DeadLetterExchange) {
+        Some(x) => format!("dead-lettered to `{x}`"),
+        None => "dropped".to_string(),
+    };
+    Some(format!(
+        "not peeking at `{queue}`: it is a quorum queue with a delivery limit of {limit}, and every message a peek gives back counts as a delivery, so messages near the limit would be {then}. Read it with a consumer that acks, or move its messages to a queue without a reachable limit first"
+    ))
+}
+
+pub fn peek_effect(quorum: bool) -> String {
+    let order = if quorum {
+        "go back to the head of the queue in their original order"
+    } else {
+        "go back to their original positions"
+    };
+    let count = if quorum { "; each counts one more delivery (x-delivery-count)" } else { "" };
+    format!(
+        "read with basic.get and given back unacknowledged: none was consumed; they {order}, and are marked redelivered{count}"
+    )
+}
+
+/// Dead letters grouped by the queue and reason of their first death. Pure.
+pub fn summarize(peeked: &[Peeked]) -> Vec<Group> {
+    let mut groups: BTreeMap<(String, String), Group> = BTreeMap::new();
+    for p in peeked {
+        let queue = p.first_death_queue.clone().or_else(|| p.deaths.last().map(|d| d.queue.clone()));
+        let reason = p.first_death_reason.clone().or_else(|| p.deaths.last().map(|d| d.reason.clone()));
+        let (queue, reason) = (queue.unwrap_or_else(|| "(none)".into()), reason.unwrap_or_else(|| "(none)".into()));
+        let time = p.deaths.iter().find(|d| d.queue == queue && d.reason == reason).and_then(|d| d.time);
+        let g = groups.entry((queue.clone(), reason.clone())).or_insert(Group {
+            first_death_queue: queue,
+            first_death_reason: reason,
+            messages: 0,
+            oldest: None,
+            newest: None,
+        });
+        g.messages += 1;
+        if let Some(t) = time {
+            g.oldest = Some(g.oldest.map_or(t, |o| o.min(t)));
+            g.newest = Some(g.newest.map_or(t, |n| n.max(t)));
+        }
+    }
+    let mut out: Vec<Group> = groups.into_values().collect();
+    out.sort_by_key(|g| std::cmp::Reverse(g.messages));
+    out
+}
+
+fn queue_report(n: &Network, name: &QueueName) -> QueueReport {
+    let q = &n.queues[name];
+    let effective = q
+        .effective
+        .iter()
+        .map(|(k, e)| (*k, SettingValue { value: e.value.clone(), source: e.source, policy: e.policy.clone() }))
+        .collect();
+    let dead_letters =
+        Reason::ALL.into_iter().filter(|r| n.can_dead_letter(name, *r)).map(|r| (r, n.path(name, r))).collect();
+    QueueReport {
+        name: name.clone(),
+        kind: if q.quorum { "quorum" } else { "classic" },
+        ready: q.ready,
+        unacked: q.unacked,
+        consumers: q.consumers,
+        effective,
+        dead_letters,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::amqp::Death;
+
+    fn message(first: (&str, &str), time: u64) -> Peeked {
+        Peeked {
+            first_death_queue: Some(first.0.into()),
+            first_death_reason: Some(first.1.into()),
+            deaths: vec![Death { queue: first.0.into(), reason: first.1.into(), count: 1, time: Some(time) }],
+            redelivered: false,
+        }
+    }
+
+    #[test]
+    fn dead_letters_group_by_first_death_with_oldest_and_newest() {
+        let groups = summarize(&[
+            message(("orders", "rejected"), 300),
+            message(("orders", "rejected"), 100),
+            message(("orders", "delivery_limit"), 200),
+        ]);
+        assert_eq!(
+            groups,
+            vec![
+                Group {
+                    first_death_queue: "orders".into(),
+                    first_death_reason: "rejected".into(),
+                    messages: 2,
+                    oldest: Some(100),
+                    newest: Some(300)
+                },
+                Group {
+                    first_death_queue: "orders".into(),
+                    first_death_reason: "delivery_limit".into(),
+                    messages: 1,
+                    oldest: Some(200),
+                    newest: Some(200)
+                },
+            ]
+        );
+    }
+}

@@ -1,0 +1,51 @@
+//! Each operation's orchestration: read the broker, call the pure core, write. Commands parse
+//! arguments and render what an operation returns; they hold no logic of their own.
+
+pub mod apply;
+pub mod diff;
+pub mod inspect;
+
+use std::collections::BTreeMap;
+
+use anyhow::Result;
+
+use crate::broker::amqp::Session;
+use crate::compile::CompiledTopology;
+use crate::live::Live;
+use crate::plan;
+
+/// The compiled topologies grouped by vhost, in vhost order.
+pub fn by_vhost(compiled: &[CompiledTopology]) -> BTreeMap<&str, Vec<&CompiledTopology>> {
+    let mut groups: BTreeMap<&str, Vec<_>> = BTreeMap::new();
+    for c in compiled {
+        groups.entry(c.topology.vhost.as_str()).or_default().push(c);
+    }
+    groups
+}
+
+/// A runtime for one command: hopper's I/O is a handful of connections, one thread is enough.
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
+}
+
+/// The management API's message counts lag by seconds, and a passive declaration does not count
+/// a quorum queue's dead letters still waiting to be confirmed elsewhere: a queue left over by an
+/// earlier spec is judged by the larger of the two.
+pub(crate) async fn exact_counts(
+    session: &mut Session,
+    live: &mut Live,
+    topologies: &[&CompiledTopology],
+) -> Result<()> {
+    // Only left-overs: a queue the spec still has is never pruned, so its count does not matter.
+    let wanted = plan::desired_queues(topologies);
+    for (name, queue) in live.queues.iter_mut() {
+        if !wanted.contains(name)
+            && topologies.iter().any(|t| plan::left_over(&t.topology, name, queue).is_some())
+            && let Some((messages, consumers)) = session.queue_counts(name).await?
+        {
+            queue.messages = Some(messages.max(queue.messages.unwrap_or(0)));
+            queue.consumers = Some(consumers.max(queue.consumers.unwrap_or(0)));
+        }
+    }
+    Ok(())
+}

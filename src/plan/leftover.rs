@@ -1,0 +1,135 @@
+//! What earlier versions of the spec left behind: bindings hopper moved away from, and queues
+//! under a topology's generated names that the spec no longer has. Removed only when nothing is
+//! lost by it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{Step, is_quorum};
+use crate::compile::{CompiledTopology, GeneratedName};
+use crate::live::{Live, LiveQueue};
+use crate::model::{ArgValue, Binding, Destination, Key, QueueName, arg};
+use crate::spec::Topology;
+
+/// The unbind, extra and delete steps for the vhost's left-overs.
+pub(super) fn steps(topologies: &[&CompiledTopology], live: &Live, wanted: &BTreeSet<Key>, prune: bool) -> Vec<Step> {
+    let mut steps = Vec::new();
+    let queues = super::desired_queues(topologies);
+
+    // Queues hopper made for these topologies under an earlier spec.
+    let left_overs: BTreeMap<&QueueName, (GeneratedName, &LiveQueue)> = live
+        .queues
+        .iter()
+        .filter(|(name, _)| !queues.contains(*name))
+        .filter_map(|(name, q)| topologies.iter().find_map(|t| left_over(&t.topology, name, q).map(|g| (name, (g, q)))))
+        .collect();
+
+    // Bindings hopper moves: from a topology's retry and dead-letter exchanges to its own queues,
+    // and from its main exchange to its main queue. Anything else bound there (an audit queue on
+    // the main exchange) belongs to someone else.
+    let mut unbound = BTreeSet::new();
+    if let Some(bindings) = &live.bindings {
+        for b in bindings.iter().filter(|b| !wanted.contains(&Key::Binding((*b).clone()))) {
+            let Destination::Queue(destination) = &b.destination else { continue };
+            let ours = topologies.iter().any(|t| {
+                let t = &t.topology;
+                let own_queue = queues.contains(destination) || left_overs.contains_key(destination);
+                (b.source == t.exchange && *destination == t.queue)
+                    || ((b.source == t.retry_exchange || b.source == t.dead_letter_exchange) && own_queue)
+            });
+            if ours {
+                unbound.insert(b.clone());
+                steps.push(Step::Unbind { binding: b.clone() });
+            }
+        }
+    }
+
+    // Where each live queue dead-letters once this plan is applied: a left-over queue something
+    // still dead-letters into is never deleted, or its next messages would be dropped.
+    let feeds = dead_letter_targets(live, &unbound);
+    for (name, (generated, q)) in &left_overs {
+        let drains_into = drains_into(q);
+        let fed_by = feeds.iter().find(|(from, to)| to == *name && from != *name).map(|(from, _)| from.clone());
+        let (messages, consumers) = (q.messages.unwrap_or(1), q.consumers.unwrap_or(1));
+        let kept_because = if messages > 0 && matches!(generated, GeneratedName::Work { .. }) {
+            format!(
+                "it holds {messages} message(s) that the new contract no longer consumes: consume them or move them to the dead-letter queue"
+            )
+        } else if let Some(from) = fed_by {
+            format!("`{from}` still dead-letters into it; it goes once that queue has gone")
+        } else if messages > 0 {
+            format!("it holds {messages} message(s); its TTL moves them on by itself, prune again later")
+        } else if consumers > 0 {
+            format!("it has {consumers} consumer(s)")
+        } else if !prune {
+            "pass --prune to remove it, empty and unused as it is".to_string()
+        } else {
+            let quorum = q.arguments.as_ref().is_some_and(is_quorum);
+            steps.push(Step::Delete { queue: (*name).clone(), broker_checks: !quorum });
+            continue;
+        };
+        steps.push(Step::Extra {
+            queue: (*name).clone(),
+            messages: q.messages,
+            consumers: q.consumers,
+            drains_into,
+            kept_because: Some(kept_because),
+        });
+    }
+    steps
+}
+
+/// A live queue hopper made for `t` under an earlier spec: its name follows the strategy's
+/// grammar and its arguments have the shape hopper gives such a queue. A queue someone else
+/// named `orders.attempt-log` is neither.
+pub fn left_over(t: &Topology, name: &str, q: &LiveQueue) -> Option<GeneratedName> {
+    let generated = t.generated_name(name)?;
+    let args = q.arguments.as_ref()?;
+    let is = |key: &str, value: &str| args.get(key).and_then(ArgValue::as_str) == Some(value);
+    let shaped = match generated {
+        GeneratedName::Wait { hop } => {
+            let target = hop.map_or(t.queue.clone(), |h| t.work_queue(h + 1));
+            matches!(args.get(arg::MESSAGE_TTL), Some(ArgValue::Int(_)))
+                && is(arg::DEAD_LETTER_EXCHANGE, "")
+                && is(arg::DEAD_LETTER_ROUTING_KEY, &target)
+        }
+        GeneratedName::Work { attempt } => {
+            is(arg::DEAD_LETTER_EXCHANGE, &t.retry_exchange) && is(arg::DEAD_LETTER_ROUTING_KEY, &attempt.to_string())
+        }
+    };
+    shaped.then_some(generated)
+}
+
+/// Where a queue's dead letters go, for people: a queue name, or an exchange and routing key.
+fn drains_into(q: &LiveQueue) -> Option<String> {
+    let args = q.arguments.as_ref()?;
+    let exchange = args.get(arg::DEAD_LETTER_EXCHANGE)?.as_str()?;
+    match args.get(arg::DEAD_LETTER_ROUTING_KEY).and_then(ArgValue::as_str) {
+        Some(k) if exchange.is_empty() => Some(k.to_string()),
+        Some(k) => Some(format!("exchange {exchange} with routing key {k}")),
+        None => Some(format!("exchange {exchange}")),
+    }
+}
+
+/// (from, to) for every live queue whose dead letters reach a queue, through the default exchange
+/// or through a dead-letter exchange's bindings, leaving out the bindings about to be removed.
+fn dead_letter_targets(live: &Live, unbound: &BTreeSet<Binding>) -> Vec<(QueueName, QueueName)> {
+    let mut edges = Vec::new();
+    for (from, q) in &live.queues {
+        let Some(args) = &q.arguments else { continue };
+        let Some(exchange) = args.get(arg::DEAD_LETTER_EXCHANGE).and_then(ArgValue::as_str) else { continue };
+        let key = args.get(arg::DEAD_LETTER_ROUTING_KEY).and_then(ArgValue::as_str);
+        if exchange.is_empty() {
+            edges.extend(key.map(|k| (from.clone(), QueueName::from(k))));
+        } else if let Some(bindings) = &live.bindings {
+            // Without a routing key any binding may match: count them all, to be safe.
+            for b in bindings.iter().filter(|b| b.source == exchange && !unbound.contains(*b)) {
+                if let Destination::Queue(to) = &b.destination
+                    && key.is_none_or(|k| k == b.routing_key)
+                {
+                    edges.push((from.clone(), to.clone()));
+                }
+            }
+        }
+    }
+    edges
+}

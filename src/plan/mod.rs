@@ -1,0 +1,414 @@
+//! Desired objects against live state: what to create, what is already there, what cannot be
+//! changed in place (and the ways out), what is left over. Pure: the broker module fills `Live`
+//! and executes the plan.
+
+mod leftover;
+mod remedy;
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use serde::{Serialize, Serializer};
+
+pub use leftover::left_over;
+pub use remedy::{SpecEdit, WayOut};
+
+use crate::compile::CompiledTopology;
+use crate::live::{Live, LiveExchange, LiveQueue};
+use crate::model::{ArgValue, Arguments, Binding, Exchange, ExchangeName, Key, Object, Queue, QueueName, Role, arg};
+use crate::policy::{self, Setting, Source};
+
+/// A policy or operator policy that makes a queue behave otherwise than its spec says; `apply`
+/// cannot fix it, since arguments do not outrank policies for these settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Override {
+    pub queue: QueueName,
+    pub setting: Setting,
+    /// The spec's value, `None` when the spec does not set it.
+    pub spec: Option<ArgValue>,
+    pub effective: ArgValue,
+    pub source: Source,
+    pub policy: String,
+}
+
+/// What can differ between an object on the broker and the spec.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Property {
+    /// An x-argument, such as `x-message-ttl`.
+    Argument(String),
+    /// An exchange's type.
+    Type,
+    Durable,
+    AutoDelete,
+}
+
+impl Property {
+    pub fn as_str(&self) -> &str {
+        match self {
+            Property::Argument(a) => a,
+            Property::Type => "type",
+            Property::Durable => "durable",
+            Property::AutoDelete => "auto_delete",
+        }
+    }
+}
+
+impl fmt::Display for Property {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl Serialize for Property {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// One argument (or property) that differs between the broker and the spec.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Difference {
+    #[serde(rename = "argument")]
+    pub property: Property,
+    /// `None`: not set.
+    pub live: Option<ArgValue>,
+    pub spec: Option<ArgValue>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum Step {
+    Create {
+        object: Object,
+    },
+    InSync {
+        object: Object,
+    },
+    /// Exists or may exist, and cannot be read: declared again, which RabbitMQ checks.
+    Ensure {
+        object: Object,
+    },
+    Conflict {
+        object: Object,
+        differences: Vec<Difference>,
+        ways_out: Vec<WayOut>,
+    },
+    /// A binding between this topology's exchanges and queues that the spec no longer has,
+    /// removed only after the bindings that replace it exist.
+    Unbind {
+        binding: Binding,
+    },
+    /// A queue under this topology's generated names that the spec no longer has.
+    Extra {
+        queue: QueueName,
+        messages: Option<u64>,
+        consumers: Option<u64>,
+        drains_into: Option<String>,
+        kept_because: Option<String>,
+    },
+    /// An extra queue removed by `--prune`: it was empty and unused. Classic queues are deleted
+    /// with `if-empty` and `if-unused`, so the broker re-checks at that instant; quorum queues
+    /// support neither flag, so their counts are read again immediately before the deletion
+    /// (nothing routes to a left-over queue any more: its bindings were removed first).
+    Delete {
+        queue: QueueName,
+        broker_checks: bool,
+    },
+}
+
+/// What a step does, for counting and colouring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    Create,
+    InSync,
+    Ensure,
+    Conflict,
+    Unbind,
+    Extra,
+    Delete,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Create => "create",
+            Action::InSync => "in sync",
+            Action::Ensure => "ensure",
+            Action::Conflict => "conflict",
+            Action::Unbind => "unbind",
+            Action::Extra => "extra",
+            Action::Delete => "delete",
+        }
+    }
+
+    /// Whether the step changes the broker.
+    pub fn changes(self) -> bool {
+        matches!(self, Action::Create | Action::Ensure | Action::Unbind | Action::Delete)
+    }
+}
+
+impl Step {
+    pub fn action(&self) -> Action {
+        match self {
+            Step::Create { .. } => Action::Create,
+            Step::InSync { .. } => Action::InSync,
+            Step::Ensure { .. } => Action::Ensure,
+            Step::Conflict { .. } => Action::Conflict,
+            Step::Unbind { .. } => Action::Unbind,
+            Step::Extra { .. } => Action::Extra,
+            Step::Delete { .. } => Action::Delete,
+        }
+    }
+
+    pub fn changes(&self) -> bool {
+        self.action().changes()
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    pub vhost: String,
+    pub steps: Vec<Step>,
+    pub overrides: Vec<Override>,
+    /// Where producers publish: bindings from these let messages in, so they come last.
+    #[serde(skip)]
+    pub entry_exchanges: BTreeSet<ExchangeName>,
+}
+
+/// The order in which a plan's changes may run, as groups of step indices; the steps of one
+/// group may run at once. Nothing lets a message in before everything downstream of it exists:
+/// 1. exchanges and queues (declaring a queue whose dead-letter exchange is not there yet is
+///    harmless: no message can reach the queue before step 3);
+/// 2. bindings between them;
+/// 3. bindings from the main exchanges, through which producers' messages enter;
+/// 4. bindings that moved, removed only once their replacements exist;
+/// 5. left-over queues, deleted last.
+pub fn phases(plan: &Plan) -> Vec<Vec<usize>> {
+    let mut phases = vec![Vec::new(); 5];
+    for (i, step) in plan.steps.iter().enumerate() {
+        let phase = match step {
+            Step::Create { object } | Step::Ensure { object } => match object {
+                Object::Exchange(_) | Object::Queue(_) => 0,
+                Object::Binding(b) if plan.entry_exchanges.contains(&b.source) => 2,
+                Object::Binding(_) => 1,
+            },
+            Step::Unbind { .. } => 3,
+            Step::Delete { .. } => 4,
+            Step::InSync { .. } | Step::Conflict { .. } | Step::Extra { .. } => continue,
+        };
+        phases[phase].push(i);
+    }
+    phases
+}
+
+impl Plan {
+    pub fn conflicts(&self) -> impl Iterator<Item = &Step> {
+        self.steps.iter().filter(|s| matches!(s, Step::Conflict { .. }))
+    }
+
+    pub fn has_changes(&self) -> bool {
+        self.steps.iter().any(Step::changes)
+    }
+}
+
+/// Every object of the vhost's topologies, sinks first, each declared once (a main exchange may
+/// be shared by several topologies). Objects are the same when their identities are: a binding
+/// is all of it, never the text it prints as.
+pub fn desired(topologies: &[&CompiledTopology]) -> Vec<Object> {
+    let mut seen = BTreeSet::new();
+    let mut objects = Vec::new();
+    for t in topologies {
+        for o in &t.objects {
+            if seen.insert(o.key()) {
+                objects.push(o.clone());
+            }
+        }
+    }
+    objects
+}
+
+/// The queues of `desired`, by name.
+pub fn desired_queues(topologies: &[&CompiledTopology]) -> BTreeSet<QueueName> {
+    topologies.iter().flat_map(|t| t.queues().map(|q| q.name.clone())).collect()
+}
+
+/// What a plan needs besides the two states.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Delete left-over queues that are empty and unused.
+    pub prune: bool,
+    /// The management API the run reads, for the commands a refusal suggests.
+    pub admin: Option<Admin>,
+}
+
+/// A management API's address (without credentials) and the user hopper signs in as.
+#[derive(Debug, Clone)]
+pub struct Admin {
+    pub management_url: String,
+    pub user: String,
+}
+
+pub fn plan(vhost: &str, topologies: &[&CompiledTopology], live: &Live, options: &Options) -> Plan {
+    let objects = desired(topologies);
+    let mut steps: Vec<Step> = objects.iter().map(|o| step(o, live, vhost, topologies, options)).collect();
+    if live.bindings.is_none() {
+        refuse_blind_moves(topologies, live, &mut steps);
+    }
+    let wanted: BTreeSet<Key> = objects.iter().map(Object::key).collect();
+    steps.extend(leftover::steps(topologies, live, &wanted, options.prune));
+    let overrides = objects
+        .iter()
+        .filter_map(|o| if let Object::Queue(q) = o { Some(q) } else { None })
+        .filter_map(|q| live.queues.get(&q.name).map(|l| (q, l)))
+        .flat_map(|(q, l)| overrides(q, l))
+        .collect();
+    let entry_exchanges = topologies.iter().map(|t| t.topology.exchange.clone()).collect();
+    Plan { vhost: vhost.to_string(), steps, overrides, entry_exchanges }
+}
+
+fn overrides(q: &Queue, live: &LiveQueue) -> Vec<Override> {
+    if live.policy.is_none() && live.operator_policy.is_none() {
+        return Vec::new();
+    }
+    let arguments = live.arguments.as_ref().unwrap_or(&q.arguments);
+    let quorum = is_quorum(arguments);
+    policy::effective(quorum, arguments, live.policy.as_ref(), live.operator_policy.as_ref())
+        .into_iter()
+        .filter(|(_, e)| e.source != Source::Argument)
+        .filter_map(|(setting, e)| {
+            let spec = q.arguments.get(setting.argument());
+            (spec != Some(&e.value)).then(|| Override {
+                queue: q.name.clone(),
+                setting,
+                spec: spec.cloned(),
+                effective: e.value,
+                source: e.source,
+                policy: e.policy.unwrap_or_default(),
+            })
+        })
+        .collect()
+}
+
+pub(crate) fn is_quorum(arguments: &Arguments) -> bool {
+    arguments.get(arg::QUEUE_TYPE).and_then(ArgValue::as_str) == Some("quorum")
+}
+
+/// Without a list of bindings (no management API), a new wait queue next to an existing retry
+/// exchange means a delay changed: the old wait queue's binding cannot be seen, so it would stay,
+/// and every retry would be delivered twice. Refused instead.
+fn refuse_blind_moves(topologies: &[&CompiledTopology], live: &Live, steps: &mut [Step]) {
+    for step in steps.iter_mut() {
+        let Step::Create { object: Object::Queue(q) } = step else { continue };
+        let Role::Wait { hops, .. } = &q.role else { continue };
+        let Some(t) = topologies.iter().map(|t| &t.topology).find(|t| t.owns_queue(&q.name)) else {
+            continue;
+        };
+        if !live.exchanges.contains_key(&t.retry_exchange) {
+            continue; // a first apply: nothing to move
+        }
+        let hops: Vec<String> = hops.iter().map(ToString::to_string).collect();
+        *step = Step::Conflict {
+            object: Object::Queue(q.clone()),
+            differences: vec![Difference {
+                property: Property::Argument(format!(
+                    "binding of {} with routing key {}",
+                    t.retry_exchange,
+                    hops.join(", ")
+                )),
+                live: Some(ArgValue::str("unknown: bindings cannot be listed without the management API")),
+                spec: Some(ArgValue::str(format!("moved to {}", q.name))),
+            }],
+            ways_out: vec![
+                WayOut::says(
+                    "run apply where the management API is reachable (--management-url), so that the old wait queue's binding is removed once the new one exists",
+                ),
+                WayOut::says(format!(
+                    "or unbind the old wait queue from `{}` yourself (routing key {}) before applying: otherwise every retry would be delivered twice",
+                    t.retry_exchange,
+                    hops.join(", ")
+                )),
+            ],
+        };
+    }
+}
+
+fn step(object: &Object, live: &Live, vhost: &str, topologies: &[&CompiledTopology], options: &Options) -> Step {
+    let object = object.clone();
+    match &object {
+        Object::Exchange(e) => match live.exchanges.get(&e.name) {
+            None => Step::Create { object },
+            Some(l) => {
+                let differences = exchange_differences(e, l);
+                if differences.is_empty() {
+                    Step::InSync { object }
+                } else {
+                    let ways_out = remedy::exchange_ways_out(options, vhost, topologies, e, &differences);
+                    Step::Conflict { object, differences, ways_out }
+                }
+            }
+        },
+        Object::Queue(q) => match live.queues.get(&q.name) {
+            None => Step::Create { object },
+            Some(l) => {
+                let differences = match (&l.refused, &l.arguments) {
+                    (Some(d), _) => vec![d.clone()],
+                    (None, Some(args)) => queue_differences(q, l, args),
+                    (None, None) => return Step::Ensure { object },
+                };
+                if differences.is_empty() {
+                    Step::InSync { object }
+                } else {
+                    let ways_out = remedy::queue_ways_out(vhost, topologies, live, q, &differences, l.messages);
+                    Step::Conflict { object, differences, ways_out }
+                }
+            }
+        },
+        Object::Binding(b) => match &live.bindings {
+            None => Step::Ensure { object },
+            Some(set) if set.contains(b) => Step::InSync { object },
+            Some(_) => Step::Create { object },
+        },
+    }
+}
+
+fn exchange_differences(e: &Exchange, l: &LiveExchange) -> Vec<Difference> {
+    let mut d = Vec::new();
+    if e.kind != l.kind {
+        d.push(Difference {
+            property: Property::Type,
+            live: Some(ArgValue::str(l.kind.as_str())),
+            spec: Some(ArgValue::str(e.kind.as_str())),
+        });
+    }
+    flag(&mut d, Property::Durable, l.durable, e.durable);
+    flag(&mut d, Property::AutoDelete, l.auto_delete, false);
+    d
+}
+
+fn flag(d: &mut Vec<Difference>, property: Property, live: bool, spec: bool) {
+    if live != spec {
+        d.push(Difference { property, live: Some(ArgValue::Bool(live)), spec: Some(ArgValue::Bool(spec)) });
+    }
+}
+
+/// Compares as RabbitMQ does: every integer width is equal, and a queue without `x-queue-type`
+/// is a classic queue. hopper declares nothing auto-delete.
+pub fn queue_differences(q: &Queue, l: &LiveQueue, live: &Arguments) -> Vec<Difference> {
+    let mut live = live.clone();
+    live.entry(arg::QUEUE_TYPE.into()).or_insert_with(|| ArgValue::str("classic"));
+    let mut d = Vec::new();
+    flag(&mut d, Property::Durable, l.durable, q.durable);
+    flag(&mut d, Property::AutoDelete, l.auto_delete, false);
+    let keys: BTreeSet<&String> = q.arguments.keys().chain(live.keys()).collect();
+    for key in keys {
+        let (spec, live) = (q.arguments.get(key), live.get(key));
+        if spec != live {
+            d.push(Difference { property: Property::Argument(key.clone()), live: live.cloned(), spec: spec.cloned() });
+        }
+    }
+    d
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,275 @@
+//! The ways out of a refused change. Each is something a user can paste: lines for a
+//! topology's table in the spec, checked here by compiling the edited spec against the broker,
+//! or a shell command with every name quoted. hopper never deletes or redeclares a queue that
+//! holds messages to change its arguments; these say how the user can.
+
+use serde::Serialize;
+
+use super::{Difference, Options, Property, queue_differences};
+use crate::compile::{CompiledTopology, compile_topology};
+use crate::live::Live;
+use crate::model::{ArgValue, Exchange, ExchangeType, Queue, Role, arg};
+use crate::spec::{ExchangeType as SpecExchangeType, QueueType, Topology};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WayOut {
+    /// What to do, in a sentence.
+    pub says: String,
+    /// Keys to set in a topology's table of the spec.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spec: Option<SpecEdit>,
+    /// A command to run in a shell, once what `says` asks for is done.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+}
+
+/// Lines to paste into one topology's table, replacing the keys of the same name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SpecEdit {
+    pub topology: String,
+    /// The file that defines the topology.
+    pub file: String,
+    /// The table's header, as it is written in TOML: `[topology.orders]`.
+    pub table: String,
+    /// `key = value` lines, valid TOML.
+    pub set: Vec<String>,
+    /// Keys to remove from the table (and from `[defaults]`), when set.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub remove: Vec<String>,
+}
+
+impl WayOut {
+    pub fn says(text: impl Into<String>) -> WayOut {
+        WayOut { says: text.into(), spec: None, command: None }
+    }
+}
+
+/// Where `topology.name`'s table is, as TOML writes its header.
+fn table(t: &Topology) -> String {
+    format!("[topology.{}]", toml_key(&t.name))
+}
+
+/// A TOML key: bare when it can be, quoted otherwise.
+pub fn toml_key(key: &str) -> String {
+    let bare = !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if bare { key.to_string() } else { toml_string(key) }
+}
+
+/// A TOML basic string with every character escaped that needs it.
+pub fn toml_string(value: &str) -> String {
+    toml::Value::String(value.to_string()).to_string()
+}
+
+/// A word for a POSIX shell, quoted when it needs to be.
+pub fn shell_word(word: &str) -> String {
+    shlex::try_quote(word).map_or_else(|_| format!("'{}'", word.replace('\'', "'\\''")), |q| q.into_owned())
+}
+
+fn edit(t: &Topology, set: Vec<String>, remove: Vec<String>) -> SpecEdit {
+    SpecEdit { topology: t.name.clone(), file: t.file.display().to_string(), table: table(t), set, remove }
+}
+
+pub(super) fn queue_ways_out(
+    vhost: &str,
+    topologies: &[&CompiledTopology],
+    live: &Live,
+    q: &Queue,
+    differences: &[Difference],
+    messages: Option<u64>,
+) -> Vec<WayOut> {
+    let owner = topologies.iter().find(|t| t.queue(&q.name).is_some()).map(|t| &t.topology);
+    let mut ways = Vec::new();
+    match owner.and_then(|t| matching_spec(t, q, live)) {
+        Some(way) => ways.push(way),
+        None => ways.extend(unmatched(q, differences)),
+    }
+    let held = match messages {
+        Some(0) => "it is empty now".to_string(),
+        Some(n) => format!("it holds {n} message(s) now"),
+        None => "its message count is unknown".to_string(),
+    };
+    let (v, n) = (shell_word(vhost), shell_word(&q.name));
+    let entry = matches!(q.role, Role::Work { attempt: None | Some(1) });
+    let first = if entry { "stop its producers, " } else { "" };
+    let live_quorum = live.queues.get(&q.name).and_then(|l| l.arguments.as_ref()).is_some_and(super::is_quorum);
+    let way = if live_quorum {
+        // Quorum queues refuse --if-empty: the check is the operator's.
+        WayOut {
+            says: format!(
+                "or recreate it: {first}let `{}` drain ({held}); once `rabbitmqctl list_queues -p {v} name messages` shows it at 0, delete it (quorum queues do not support --if-empty) and apply again",
+                q.name
+            ),
+            spec: None,
+            command: Some(format!("rabbitmqctl delete_queue -p {v} {n}")),
+        }
+    } else {
+        WayOut {
+            says: format!(
+                "or recreate it: {first}let `{}` drain ({held}), delete it while empty, and apply again",
+                q.name
+            ),
+            spec: None,
+            command: Some(format!("rabbitmqctl delete_queue -p {v} {n} --if-empty")),
+        }
+    };
+    ways.push(way);
+    ways
+}
+
+/// The spec keys that make the topology compile to what the broker has, if there are any: the
+/// queue type and the delivery limit, the two a user chooses. Checked by compiling the edited
+/// topology and comparing every queue it has on the broker.
+fn matching_spec(t: &Topology, q: &Queue, live: &Live) -> Option<WayOut> {
+    let live_args = |name: &str| live.queues.get(name).and_then(|l| l.arguments.clone());
+    // The candidates: the queue type and delivery limit of the topology's main queue on the
+    // broker (or of the refused queue, when the main queue is not there).
+    let main = live_args(&t.queue).or_else(|| live_args(&q.name))?;
+    let queue_type = match main.get(arg::QUEUE_TYPE).and_then(ArgValue::as_str).unwrap_or("classic") {
+        "classic" => QueueType::Classic,
+        "quorum" => QueueType::Quorum,
+        _ => return None,
+    };
+    let mut candidate = t.clone();
+    let (mut set, mut remove) = (Vec::new(), Vec::new());
+    if queue_type != t.queue_type {
+        candidate.queue_type = queue_type;
+        set.push(format!("queue_type = {}", toml_string(queue_type.as_str())));
+    }
+    match (queue_type, main.get(arg::DELIVERY_LIMIT).and_then(ArgValue::as_int)) {
+        (QueueType::Classic, _) => {
+            if t.delivery_limit.is_some() {
+                remove.push("delivery_limit".to_string());
+            }
+            candidate.delivery_limit = None;
+        }
+        (QueueType::Quorum, Some(limit)) if limit >= 1 => {
+            if candidate.effective_delivery_limit() != Some(limit) {
+                set.push(format!("delivery_limit = {limit}"));
+            }
+            candidate.delivery_limit = Some(limit);
+        }
+        (QueueType::Quorum, _) => return None,
+    }
+    if set.is_empty() && remove.is_empty() {
+        return None;
+    }
+    let compiled = compile_topology(&candidate);
+    let matches = compiled.queues().all(|q| match live.queues.get(&q.name) {
+        None => true,
+        Some(l) => l.arguments.as_ref().is_some_and(|a| queue_differences(q, l, a).is_empty()),
+    });
+    matches.then(|| WayOut {
+        says: "match the broker: edit the spec as below, then apply".to_string(),
+        spec: Some(edit(t, set, remove)),
+        command: None,
+    })
+}
+
+/// Why no spec value reproduces the broker's queue, difference by difference.
+fn unmatched(q: &Queue, differences: &[Difference]) -> Vec<WayOut> {
+    differences
+        .iter()
+        .map(|d| {
+            let live = d.live.as_ref().map_or("none".to_string(), ToString::to_string);
+            WayOut::says(match (&d.property, &q.role) {
+                (Property::Argument(a), Role::Wait { .. }) if a == arg::MESSAGE_TTL => format!(
+                    "a wait queue's delay is part of its name, so `{}` with a TTL of {live} ms was declared by something else",
+                    q.name
+                ),
+                (Property::Argument(a), _) => format!(
+                    "no spec key gives `{a}` = {live}: hopper derives it from the topology, so `{}` was declared by something else (or by an older spec)",
+                    q.name
+                ),
+                (p, _) => format!("hopper declares every queue durable and not auto-delete; the broker's `{}` has {p} = {live}", q.name),
+            })
+        })
+        .collect()
+}
+
+pub(super) fn exchange_ways_out(
+    options: &Options,
+    vhost: &str,
+    topologies: &[&CompiledTopology],
+    e: &Exchange,
+    differences: &[Difference],
+) -> Vec<WayOut> {
+    let mut ways = Vec::new();
+    let owner = topologies
+        .iter()
+        .map(|t| &t.topology)
+        .find(|t| t.exchange == e.name || t.retry_exchange == e.name || t.dead_letter_exchange == e.name);
+    let only_type = differences.iter().all(|d| d.property == Property::Type);
+    if let Some(t) = owner {
+        if t.exchange == e.name {
+            let live_type = differences
+                .iter()
+                .find(|d| d.property == Property::Type)
+                .and_then(|d| d.live.as_ref())
+                .and_then(ArgValue::as_str);
+            let spec_type = match live_type.map(ExchangeType::from) {
+                Some(ExchangeType::Direct) => Some(SpecExchangeType::Direct),
+                Some(ExchangeType::Topic) => Some(SpecExchangeType::Topic),
+                Some(ExchangeType::Fanout) => Some(SpecExchangeType::Fanout),
+                _ => None,
+            };
+            if let (true, Some(kind)) = (only_type, spec_type) {
+                let mut set = vec![format!("exchange_type = {}", toml_string(kind.as_str()))];
+                let mut remove = Vec::new();
+                // A fanout exchange takes no routing keys, and the others need them.
+                if kind == SpecExchangeType::Fanout {
+                    remove.push("routing_keys".to_string());
+                } else if t.exchange_type == SpecExchangeType::Fanout {
+                    set.push(format!("routing_keys = [{}]", toml_string(&t.name)));
+                }
+                ways.push(WayOut {
+                    says: "match the broker: edit the spec as below, then apply".into(),
+                    spec: Some(edit(t, set, remove)),
+                    command: None,
+                });
+            }
+            ways.push(WayOut {
+                says: format!(
+                    "or publish to a new exchange: edit the spec as below, apply, move producers to it; `{}` keeps delivering to the main queue until you delete it",
+                    e.name
+                ),
+                spec: Some(edit(t, vec![format!("exchange = {}", toml_string(&format!("{}-v2", e.name)))], vec![])),
+                command: None,
+            });
+        } else if t.retry_exchange == e.name {
+            ways.push(WayOut {
+                says: format!(
+                    "or use a new retry exchange: edit the spec as below, apply, give consumers the new contract (`hopper contract`); `{}` keeps routing retries already published until you delete it",
+                    e.name
+                ),
+                spec: Some(edit(t, vec![format!("retry_exchange = {}", toml_string(&format!("{}-v2", e.name)))], vec![])),
+                command: None,
+            });
+        }
+    }
+    let url = options.admin.as_ref().map_or("http://localhost:15672/api".to_string(), |a| a.management_url.clone());
+    let user = options.admin.as_ref().map_or("guest".to_string(), |a| a.user.clone());
+    let path = format!("{url}/exchanges/{}/{}", percent(vhost), percent(&e.name));
+    ways.push(WayOut {
+        says: format!(
+            "or delete `{}` and apply again (curl asks for the password); a dead letter or message published to it in between is dropped, so stop what publishes to it first",
+            e.name
+        ),
+        spec: None,
+        command: Some(format!("curl -fsS -u {} -X DELETE {}", shell_word(&user), shell_word(&path))),
+    });
+    ways
+}
+
+/// A path segment of the management API: every byte but unreserved ones percent-encoded.
+fn percent(segment: &str) -> String {
+    segment
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}

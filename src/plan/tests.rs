@@ -1,0 +1,288 @@
+use super::*;
+use crate::compile::{GeneratedName, compile};
+use crate::live::LiveExchange;
+use crate::policy::AppliedPolicy;
+use crate::spec;
+
+fn prune(prune: bool) -> Options {
+    Options { prune, admin: None }
+}
+
+fn compiled(toml: &str) -> Vec<CompiledTopology> {
+    compile(&spec::from_str("t.toml", toml).unwrap_or_else(|e| panic!("{}", e.render_plain())))
+}
+
+const ORDERS: &str = r#"
+    [topology.orders]
+    delays = ["5s", "30s"]
+    max_attempts = 3
+"#;
+
+fn live_from(objects: &[Object]) -> Live {
+    let mut live = Live { bindings: Some(BTreeSet::new()), ..Live::default() };
+    for o in objects {
+        match o {
+            Object::Exchange(e) => {
+                live.exchanges.insert(
+                    e.name.clone(),
+                    LiveExchange {
+                        kind: e.kind.clone(),
+                        durable: e.durable,
+                        auto_delete: false,
+                        arguments: Arguments::new(),
+                    },
+                );
+            }
+            Object::Queue(q) => {
+                live.queues.insert(
+                    q.name.clone(),
+                    LiveQueue {
+                        durable: true,
+                        arguments: Some(q.arguments.clone()),
+                        messages: Some(0),
+                        consumers: Some(0),
+                        ..LiveQueue::default()
+                    },
+                );
+            }
+            Object::Binding(b) => {
+                live.bindings.as_mut().unwrap().insert(b.clone());
+            }
+        }
+    }
+    live
+}
+
+#[test]
+fn an_empty_broker_gets_everything_created() {
+    let c = compiled(ORDERS);
+    let p = plan("/", &[&c[0]], &Live { bindings: Some(BTreeSet::new()), ..Live::default() }, &prune(false));
+    assert!(p.steps.iter().all(|s| matches!(s, Step::Create { .. })));
+    assert_eq!(p.steps.len(), c[0].objects.len());
+}
+
+#[test]
+fn a_converged_broker_needs_nothing() {
+    let c = compiled(ORDERS);
+    let p = plan("/", &[&c[0]], &live_from(&c[0].objects), &prune(false));
+    assert!(!p.has_changes(), "{:#?}", p.steps);
+    assert!(p.steps.iter().all(|s| matches!(s, Step::InSync { .. })));
+}
+
+#[test]
+fn a_changed_delay_creates_a_queue_moves_the_binding_and_keeps_the_old_queue() {
+    let old = compiled(ORDERS);
+    let mut live = live_from(&old[0].objects);
+    live.queues.get_mut("orders.wait-30s").unwrap().messages = Some(3);
+    let new = compiled(&ORDERS.replace("30s", "45s"));
+    let p = plan("/", &[&new[0]], &live, &prune(true));
+    let created: Vec<_> = p
+        .steps
+        .iter()
+        .filter_map(|s| if let Step::Create { object } = s { Some(object.to_string()) } else { None })
+        .collect();
+    assert_eq!(created, vec!["orders.wait-45s".to_string(), "orders.retry -> orders.wait-45s (\"2\")".to_string()]);
+    let unbinds: Vec<_> = p
+        .steps
+        .iter()
+        .filter_map(|s| if let Step::Unbind { binding } = s { Some(binding.to_string()) } else { None })
+        .collect();
+    assert_eq!(unbinds, vec!["orders.retry -> orders.wait-30s (\"2\")".to_string()]);
+    // The unbind comes after the binding that replaces it.
+    let pos = |f: &dyn Fn(&Step) -> bool| p.steps.iter().position(f).unwrap();
+    assert!(
+        pos(&|s| matches!(s, Step::Unbind { .. })) > pos(&|s| matches!(s, Step::Create { object: Object::Binding(_) }))
+    );
+    // Holding messages, it is kept even with --prune, and said to drain into the main queue.
+    assert!(p.steps.iter().any(
+        |s| matches!(s, Step::Extra { queue, drains_into: Some(d), .. } if queue == "orders.wait-30s" && d == "orders")
+    ));
+    assert!(!p.steps.iter().any(|s| matches!(s, Step::Delete { .. })));
+    assert!(p.conflicts().next().is_none());
+}
+
+#[test]
+fn an_empty_extra_is_deleted_only_with_prune() {
+    let old = compiled(ORDERS);
+    let live = live_from(&old[0].objects);
+    let new = compiled(&ORDERS.replace("30s", "45s"));
+    assert!(!plan("/", &[&new[0]], &live, &prune(false)).steps.iter().any(|s| matches!(s, Step::Delete { .. })));
+    assert!(
+        plan("/", &[&new[0]], &live, &prune(true))
+            .steps
+            .iter()
+            .any(|s| matches!(s, Step::Delete { queue, broker_checks: false } if queue == "orders.wait-30s"))
+    );
+}
+
+#[test]
+fn a_changed_argument_is_a_conflict_with_both_values_and_ways_out() {
+    let c = compiled(ORDERS);
+    let mut live = live_from(&c[0].objects);
+    let q = live.queues.get_mut("orders").unwrap();
+    q.arguments.as_mut().unwrap().insert("x-delivery-limit".into(), ArgValue::Int(5));
+    let p = plan("/", &[&c[0]], &live, &prune(false));
+    let conflicts: Vec<_> = p.conflicts().collect();
+    assert_eq!(conflicts.len(), 1);
+    let Step::Conflict { object, differences, ways_out } = conflicts[0] else { unreachable!() };
+    assert_eq!(object.to_string(), "orders");
+    assert_eq!(
+        differences,
+        &vec![Difference {
+            property: Property::Argument("x-delivery-limit".into()),
+            live: Some(ArgValue::Int(5)),
+            spec: Some(ArgValue::Int(20))
+        }]
+    );
+    // The spec key that matches the broker, as a line to paste.
+    let edit = ways_out.iter().find_map(|w| w.spec.as_ref()).expect("a spec edit");
+    assert_eq!(
+        (edit.table.as_str(), edit.set.as_slice()),
+        ("[topology.orders]", &["delivery_limit = 5".to_string()][..])
+    );
+}
+
+#[test]
+fn a_missing_queue_type_argument_means_classic() {
+    let c = compiled(&format!("[defaults]\nqueue_type = \"classic\"\n{ORDERS}"));
+    let q = c[0].queue("orders").unwrap();
+    let mut live = q.arguments.clone();
+    live.remove("x-queue-type");
+    assert!(queue_differences(q, &LiveQueue { durable: true, ..LiveQueue::default() }, &live).is_empty());
+}
+
+#[test]
+fn a_policy_that_changes_what_the_spec_set_is_an_override() {
+    let c = compiled(ORDERS);
+    let mut live = live_from(&c[0].objects);
+    let cap =
+        AppliedPolicy { name: "cap".into(), definition: [("message-ttl".to_string(), ArgValue::Int(1000))].into() };
+    live.queues.get_mut("orders.wait-5s").unwrap().operator_policy = Some(cap.clone());
+    let dlx = AppliedPolicy {
+        name: "dlx".into(),
+        definition: [("dead-letter-exchange".to_string(), ArgValue::Str("x".into()))].into(),
+    };
+    live.queues.get_mut("orders.dlq").unwrap().policy = Some(dlx.clone());
+    // The argument wins for the dead-letter exchange: a policy on the main queue changes nothing.
+    live.queues.get_mut("orders").unwrap().policy = Some(dlx);
+    let p = plan("/", &[&c[0]], &live, &prune(false));
+    assert_eq!(
+        p.overrides,
+        vec![
+            Override {
+                queue: "orders.dlq".into(),
+                setting: Setting::DeadLetterExchange,
+                spec: None,
+                effective: ArgValue::str("x"),
+                source: Source::Policy,
+                policy: "dlx".into(),
+            },
+            Override {
+                queue: "orders.wait-5s".into(),
+                setting: Setting::MessageTtl,
+                spec: Some(ArgValue::Int(5000)),
+                effective: ArgValue::Int(1000),
+                source: Source::OperatorPolicy,
+                policy: "cap".into(),
+            },
+        ]
+    );
+    // A longer TTL than the spec's changes nothing: the smallest wins.
+    live.queues.get_mut("orders.wait-5s").unwrap().operator_policy =
+        Some(AppliedPolicy { definition: [("message-ttl".to_string(), ArgValue::Int(60000))].into(), ..cap });
+    assert_eq!(plan("/", &[&c[0]], &live, &prune(false)).overrides.len(), 1);
+}
+
+const CHAIN: &str = r#"
+    [topology.orders]
+    strategy = "chain"
+    delays = ["1s", "1s", "15s"]
+    max_attempts = 4
+"#;
+
+#[test]
+fn a_left_over_queue_that_still_receives_dead_letters_is_never_pruned() {
+    // Lowering max_attempts in chain: attempt-4 is left over, but hop-3's wait queue, left
+    // over too and holding messages, still dead-letters into it.
+    let old = compiled(CHAIN);
+    let mut live = live_from(&old[0].objects);
+    live.queues.get_mut("orders.hop-3.wait-15s").unwrap().messages = Some(3);
+    let new = compiled(&CHAIN.replace("max_attempts = 4", "max_attempts = 3").replace(", \"15s\"", ""));
+    let p = plan("/", &[&new[0]], &live, &prune(true));
+    assert!(!p.steps.iter().any(|s| matches!(s, Step::Delete { .. })), "{:#?}", p.steps);
+    let kept = |q: &str| {
+        p.steps.iter().find_map(|s| match s {
+            Step::Extra { queue, kept_because, .. } if queue == q => kept_because.clone(),
+            _ => None,
+        })
+    };
+    assert_eq!(
+        kept("orders.attempt-4").as_deref(),
+        Some("`orders.hop-3.wait-15s` still dead-letters into it; it goes once that queue has gone")
+    );
+    assert!(kept("orders.hop-3.wait-15s").unwrap().contains("holds 3 message(s)"));
+    // Once the wait queue has gone, the empty attempt queue is pruned.
+    live.queues.remove("orders.hop-3.wait-15s");
+    let p = plan("/", &[&new[0]], &live, &prune(true));
+    assert!(p.steps.iter().any(|s| matches!(s, Step::Delete { queue, .. } if queue == "orders.attempt-4")));
+}
+
+#[test]
+fn only_queues_of_hoppers_grammar_and_shape_are_left_overs() {
+    let c = compiled(CHAIN);
+    let t = &c[0].topology;
+    let mut live = live_from(&c[0].objects);
+    let shaped = |name: &str| live.queues[name].clone();
+    assert_eq!(left_over(t, "orders.attempt-2", &shaped("orders.attempt-2")), Some(GeneratedName::Work { attempt: 2 }));
+    assert_eq!(
+        left_over(t, "orders.hop-1.wait-1s", &shaped("orders.hop-1.wait-1s")),
+        Some(GeneratedName::Wait { hop: Some(1) })
+    );
+    // Someone else's queue under a similar name, or of another shape, is not hopper's.
+    let foreign = LiveQueue { arguments: Some(Arguments::new()), ..LiveQueue::default() };
+    assert_eq!(left_over(t, "orders.attempt-log", &foreign), None);
+    assert_eq!(left_over(t, "orders.attempt-7", &foreign), None);
+    assert_eq!(left_over(t, "orders.hop-01.wait-1s", &shaped("orders.hop-1.wait-1s")), None);
+    // Republish owns no attempt queues, and a foreign queue bound to the main exchange stays bound.
+    let r = compiled(ORDERS);
+    assert_eq!(left_over(&r[0].topology, "orders.attempt-2", &shaped("orders.attempt-2")), None);
+    live = live_from(&r[0].objects);
+    live.queues.insert("orders.attempt-log".into(), foreign);
+    live.bindings.as_mut().unwrap().insert(Binding::to_queue("orders", "orders.attempt-log", "order.#"));
+    let p = plan("/", &[&r[0]], &live, &prune(true));
+    assert!(!p.has_changes(), "{:#?}", p.steps);
+}
+
+#[test]
+fn a_queue_belongs_to_its_topology_by_exact_name_not_prefix() {
+    let c = compiled("[topology.orders]\ndelays = [\"5s\"]\n\n[topology.orders2]\ndelays = [\"5s\"]\n");
+    let (orders, orders2) = (&c[0].topology, &c[1].topology);
+    assert!(orders.owns_queue("orders.wait-9s") && orders.owns_queue("orders.dlq"));
+    assert!(!orders.owns_queue("orders2.wait-5s") && orders2.owns_queue("orders2.wait-5s"));
+    // Without the management API, a new wait queue of `orders2` is judged by `orders2`'s
+    // retry exchange, not by `orders`'s.
+    let mut live = live_from(&c[0].objects);
+    live.bindings = None;
+    let p = plan("/", &[&c[0], &c[1]], &live, &prune(false));
+    assert!(p.conflicts().next().is_none(), "{:#?}", p.steps);
+}
+
+#[test]
+fn entry_bindings_come_after_everything_they_feed() {
+    let c = compiled(ORDERS);
+    let p = plan("/", &[&c[0]], &Live { bindings: Some(BTreeSet::new()), ..Live::default() }, &prune(false));
+    let phases = phases(&p);
+    let names = |phase: usize| phases[phase].iter().map(|i| p.steps[*i].clone()).collect::<Vec<_>>();
+    assert!(names(0).iter().all(|s| matches!(s, Step::Create { object: Object::Exchange(_) | Object::Queue(_) })));
+    assert!(names(2).iter().all(|s| matches!(s, Step::Create { object: Object::Binding(b) } if b.source == "orders")));
+    assert_eq!(names(2).len(), 1);
+    assert_eq!(phases.iter().map(Vec::len).sum::<usize>(), c[0].objects.len());
+}
+
+#[test]
+fn bindings_of_other_owners_on_the_main_exchange_are_left_alone() {
+    let c = compiled(ORDERS);
+    let mut live = live_from(&c[0].objects);
+    live.bindings.as_mut().unwrap().insert(Binding::to_queue("orders", "audit", "#"));
+    assert!(!plan("/", &[&c[0]], &live, &prune(false)).has_changes());
+}
