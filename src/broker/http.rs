@@ -2,6 +2,7 @@
 //! bindings, policies, operator policies).
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use anyhow::{Result, anyhow};
 use rabbitmq_http_client::api::{Client, HttpClientError};
@@ -10,8 +11,9 @@ use rabbitmq_http_client::requests::VirtualHostParams;
 use rabbitmq_http_client::responses::Policy;
 
 use super::Endpoint;
+use super::identity::Identity;
 use crate::live::{Live, LiveExchange, LiveQueue};
-use crate::model::{ArgValue, Arguments, Binding, Destination};
+use crate::model::{ArgValue, Arguments, Binding, Destination, arg};
 use crate::policy::AppliedPolicy;
 
 pub type Api = Client<String, String, String>;
@@ -41,14 +43,11 @@ pub async fn read(endpoint: &Endpoint, vhost: &str) -> Result<Live> {
     let api = client(endpoint);
     let err = |e: HttpClientError| anyhow!(explain(endpoint, &e));
     let overview = api.overview().await.map_err(err)?;
-    if endpoint.management_url_derived {
-        same_broker(endpoint, &overview)?;
-    }
     let exchanges = api.list_exchanges_in(vhost).await.map_err(err)?;
     let queues = api.list_queues_in(vhost).await.map_err(err)?;
     let bindings = api.list_bindings_in(vhost).await.map_err(err)?;
-    let policies = api.list_policies_in(vhost).await.map_err(err)?;
-    let operator_policies = api.list_operator_policies_in(vhost).await.map_err(err)?;
+    let policies = applied(api.list_policies_in(vhost).await.map_err(err)?);
+    let operator_policies = applied(api.list_operator_policies_in(vhost).await.map_err(err)?);
 
     let mut live =
         Live { bindings: Some(BTreeSet::new()), version: Some(overview.rabbitmq_version), ..Live::default() };
@@ -65,7 +64,7 @@ pub async fn read(endpoint: &Endpoint, vhost: &str) -> Result<Live> {
     for q in queues {
         let mut arguments = arguments(&q.arguments.0);
         // Older brokers leave out `x-queue-type` for queues declared without it.
-        arguments.entry("x-queue-type".into()).or_insert_with(|| ArgValue::Str(q.queue_type.clone()));
+        arguments.insert_if_absent(arg::QUEUE_TYPE, ArgValue::Str(q.queue_type.clone()));
         live.queues.insert(
             q.name.as_str().into(),
             LiveQueue {
@@ -101,36 +100,43 @@ pub async fn read(endpoint: &Endpoint, vhost: &str) -> Result<Live> {
     Ok(live)
 }
 
-/// A guessed management URL may reach another broker on the same host (two brokers side by side
-/// on different AMQP ports): reading its state would plan against the wrong broker.
-fn same_broker(endpoint: &Endpoint, overview: &rabbitmq_http_client::responses::Overview) -> Result<()> {
-    let ports: Vec<u32> =
-        overview.listeners.iter().filter(|l| l.protocol.starts_with("amqp")).map(|l| l.port).collect();
-    if endpoint.nodes.iter().any(|n| ports.contains(&u32::from(n.authority.port))) {
-        return Ok(());
-    }
-    Err(anyhow!(
-        "the management API at {} belongs to a broker whose AMQP listeners are on port(s) {ports:?}, not {}; pass --management-url for this broker",
-        super::redact(&endpoint.management_url),
-        endpoint.describe()
-    ))
+/// The cluster behind the management API, as its overview names it.
+pub async fn identity(endpoint: &Endpoint) -> Result<Identity> {
+    let overview = client(endpoint).overview().await.map_err(|e| anyhow!(explain(endpoint, &e)))?;
+    Ok(Identity { cluster_name: overview.cluster_name, version: overview.rabbitmq_version })
 }
 
 /// The policy that applies to a queue: the matching one of highest priority (RabbitMQ does not
 /// merge policies), ties broken by name. Resolved here from the policy listing rather than read
 /// from the queue's `policy` field, which the management API refreshes only every few seconds.
-fn matching(policies: &[Policy], vhost: &str, queue: &str, queue_type: &str) -> Option<AppliedPolicy> {
+fn matching(
+    policies: &[(Policy, Arc<AppliedPolicy>)],
+    vhost: &str,
+    queue: &str,
+    queue_type: &str,
+) -> Option<Arc<AppliedPolicy>> {
     let target = match queue_type {
         "quorum" => PolicyTarget::QuorumQueues,
         "stream" => PolicyTarget::Streams,
         _ => PolicyTarget::ClassicQueues,
     };
-    let p = policies
+    policies
         .iter()
-        .filter(|p| p.does_match_name(vhost, queue, target))
-        .max_by(|a, b| a.priority.cmp(&b.priority).then_with(|| b.name.cmp(&a.name)))?;
-    let definition = p.definition.0.iter().flatten().filter_map(|(k, v)| Some((k.clone(), arg(v)?))).collect();
-    Some(AppliedPolicy { name: p.name.clone(), definition })
+        .filter(|(p, _)| p.does_match_name(vhost, queue, target))
+        .max_by(|(a, _), (b, _)| a.priority.cmp(&b.priority).then_with(|| b.name.cmp(&a.name)))
+        .map(|(_, applied)| applied.clone())
+}
+
+/// Each policy with what it applies, made once and shared by every queue it matches.
+fn applied(policies: Vec<Policy>) -> Vec<(Policy, Arc<AppliedPolicy>)> {
+    policies
+        .into_iter()
+        .map(|p| {
+            let definition = p.definition.0.iter().flatten().filter_map(|(k, v)| Some((k.clone(), arg(v)?))).collect();
+            let applied = Arc::new(AppliedPolicy { name: p.name.clone(), definition });
+            (p, applied)
+        })
+        .collect()
 }
 
 fn arguments(map: &serde_json::Map<String, serde_json::Value>) -> Arguments {

@@ -2,6 +2,7 @@
 
 pub mod amqp;
 pub mod http;
+pub mod identity;
 
 use anyhow::{Result, bail};
 use lapin::uri::{AMQPScheme, AMQPUri};
@@ -13,9 +14,6 @@ pub struct Endpoint {
     pub nodes: Vec<AMQPUri>,
     /// Base URL of the management API, ending in `/api`.
     pub management_url: String,
-    /// True when the URL was guessed from the AMQP host: hopper then checks that it reaches the
-    /// same broker before trusting what it reads.
-    pub management_url_derived: bool,
 }
 
 impl Endpoint {
@@ -39,7 +37,7 @@ impl Endpoint {
                 format!("{scheme}://{}:{port}/api", first.authority.host)
             }
         };
-        Ok(Endpoint { nodes, management_url: url, management_url_derived: management_url.is_none() })
+        Ok(Endpoint { nodes, management_url: url })
     }
 
     pub fn username(&self) -> &str {

@@ -4,7 +4,7 @@
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::broker::{Endpoint, amqp, http};
+use crate::broker::{Endpoint, amqp, http, identity};
 use crate::compile::CompiledTopology;
 use crate::model::Object;
 use crate::plan::{self, Options, Override, Plan, Step};
@@ -63,6 +63,11 @@ impl Report {
 pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], request: &Request) -> Result<Report> {
     super::runtime()?.block_on(async {
         let options = Options { prune: request.prune, admin: Some(endpoint.admin()) };
+        // Read one broker and write another? Never: both endpoints must be one cluster.
+        let amqp_identity = identity::amqp(endpoint).await?;
+        if let Ok(http_identity) = http::identity(endpoint).await {
+            identity::same_cluster(endpoint, &amqp_identity, &http_identity)?;
+        }
         // Plan every vhost before changing any: a conflict anywhere stops the whole run.
         let mut work = Vec::new();
         for (vhost, topologies) in by_vhost {

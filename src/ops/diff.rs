@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use anyhow::{Result, bail};
 use serde::Serialize;
 
-use crate::broker::{Endpoint, amqp, http};
+use crate::broker::{Endpoint, amqp, http, identity};
 use crate::compile::CompiledTopology;
 use crate::model::{ArgValue, Binding, ExchangeName, Object, QueueName};
 use crate::plan::{self, Difference, Options, Plan, Step, WayOut};
@@ -121,6 +121,14 @@ pub struct Report {
 pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)]) -> Result<Report> {
     let plans = super::runtime()?.block_on(async {
         let options = Options { prune: false, admin: Some(endpoint.admin()) };
+        let http_identity = http::identity(endpoint).await.map_err(|e| {
+            anyhow::anyhow!("hopper diff reads the broker through the management API and cannot: {e:#}")
+        })?;
+        // Counts are read over AMQP when it answers: then it must be the same cluster.
+        let amqp_identity = identity::amqp(endpoint).await.ok();
+        if let Some(amqp_identity) = &amqp_identity {
+            identity::same_cluster(endpoint, amqp_identity, &http_identity)?;
+        }
         let mut plans = Vec::new();
         for (vhost, topologies) in by_vhost {
             let mut live = match http::read(endpoint, vhost).await {
@@ -128,7 +136,9 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)]) -> 
                 Err(e) => bail!("hopper diff reads the broker through the management API and cannot: {e:#}"),
             };
             // Exact message counts for left-over queues, when AMQP is reachable too.
-            if let Ok(mut session) = amqp::Session::connect(endpoint, vhost).await {
+            if amqp_identity.is_some()
+                && let Ok(mut session) = amqp::Session::connect(endpoint, vhost).await
+            {
                 super::exact_counts(&mut session, &mut live, topologies).await?;
                 session.close().await;
             }

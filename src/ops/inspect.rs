@@ -8,7 +8,7 @@ use anyhow::{Result, bail};
 use serde::Serialize;
 
 use crate::broker::amqp::{Peeked, Session};
-use crate::broker::{Endpoint, http};
+use crate::broker::{Endpoint, http, identity};
 use crate::hazard::{self, Finding};
 use crate::model::{ArgValue, QueueName};
 use crate::network::{Network, Path, Reason};
@@ -100,13 +100,17 @@ pub fn run(endpoint: &Endpoint, request: &Request) -> Result<Vec<Report>> {
         }
         let hazards: Vec<Finding> =
             hazard::check(&network).into_iter().filter(|f| f.queues.iter().any(&selected)).collect();
-        let queues = network.queues.keys().filter(|q| selected(q)).map(|q| queue_report(&network, q)).collect();
+        let queues =
+            network.queue_names().into_iter().filter(|q| selected(q)).map(|q| queue_report(&network, q)).collect();
         let dead_letters = match (&request.queue, request.peek) {
             (Some(queue), Some(limit)) => {
                 if let Some(refusal) = peek_refusal(&network, queue) {
                     bail!("{refusal}");
                 }
                 let peeked = runtime.block_on(async {
+                    // The queue was judged safe to peek on the management API's broker: peek there only.
+                    let amqp_identity = identity::amqp(endpoint).await?;
+                    identity::same_cluster(endpoint, &amqp_identity, &http::identity(endpoint).await?)?;
                     let mut session = Session::connect(endpoint, vhost).await?;
                     let peeked = session.peek(queue, limit).await;
                     session.close().await;
@@ -186,9 +190,9 @@ pub fn summarize(peeked: &[Peeked]) -> Vec<Group> {
 fn queue_report(n: &Network, name: &QueueName) -> QueueReport {
     let q = &n.queues[name];
     let effective = q
-        .effective
-        .iter()
-        .map(|(k, e)| (*k, SettingValue { value: e.value.clone(), source: e.source, policy: e.policy.clone() }))
+        .effective()
+        .into_iter()
+        .map(|(k, e)| (k, SettingValue { value: e.value, source: e.source, policy: e.policy }))
         .collect();
     let dead_letters =
         Reason::ALL.into_iter().filter(|r| n.can_dead_letter(name, *r)).map(|r| (r, n.path(name, r))).collect();
