@@ -2,6 +2,7 @@
 //! comparison. Filled by `broker`, read by `plan`, `network` and the operations.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use crate::model::{Arguments, Binding, ExchangeName, ExchangeType, QueueName};
 use crate::plan::Difference;
@@ -40,8 +41,8 @@ pub struct LiveQueue {
     /// Delivered to a consumer and not yet acknowledged (part of `messages`).
     pub unacked: Option<u64>,
     /// The policy and operator policy that apply to it, when they could be read.
-    pub policy: Option<AppliedPolicy>,
-    pub operator_policy: Option<AppliedPolicy>,
+    pub policy: Option<Arc<AppliedPolicy>>,
+    pub operator_policy: Option<Arc<AppliedPolicy>>,
 }
 
 impl Live {

@@ -3,8 +3,7 @@
 //! they can be compared; an object is identified by what RabbitMQ identifies it by, never by a
 //! string made for people.
 
-use std::borrow::Borrow;
-use std::collections::BTreeMap;
+use std::borrow::{Borrow, Cow};
 use std::fmt;
 use std::ops::Deref;
 
@@ -118,7 +117,7 @@ impl ExchangeName {
 
 /// An x-argument value. RabbitMQ compares every integer width as equal, so one integer type is
 /// enough; strings are strings whatever AMQP type carried them.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(untagged)]
 pub enum ArgValue {
     Bool(bool),
@@ -161,8 +160,89 @@ impl fmt::Display for ArgValue {
     }
 }
 
-/// Arguments by key (`x-message-ttl`, ...), in key order.
-pub type Arguments = BTreeMap<String, ArgValue>;
+/// An argument's key: hopper's own are static, a broker's are read.
+pub type ArgKey = Cow<'static, str>;
+
+/// Arguments by key (`x-message-ttl`, ...), in key order. A sorted list rather than a map: a
+/// queue has a handful of arguments, and a map per queue costs far more memory than the list.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Arguments(Vec<(ArgKey, ArgValue)>);
+
+impl Arguments {
+    pub fn new() -> Self {
+        Arguments(Vec::new())
+    }
+
+    fn position(&self, key: &str) -> Result<usize, usize> {
+        self.0.binary_search_by(|(k, _)| k.as_ref().cmp(key))
+    }
+
+    pub fn get(&self, key: &str) -> Option<&ArgValue> {
+        self.position(key).ok().map(|i| &self.0[i].1)
+    }
+
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.position(key).is_ok()
+    }
+
+    /// Sets `key`, returning the value it replaces.
+    pub fn insert(&mut self, key: impl Into<ArgKey>, value: ArgValue) -> Option<ArgValue> {
+        let key = key.into();
+        match self.position(&key) {
+            Ok(i) => Some(std::mem::replace(&mut self.0[i].1, value)),
+            Err(i) => {
+                self.0.insert(i, (key, value));
+                None
+            }
+        }
+    }
+
+    /// Sets `key` only where it is not set.
+    pub fn insert_if_absent(&mut self, key: impl Into<ArgKey>, value: ArgValue) {
+        let key = key.into();
+        if let Err(i) = self.position(&key) {
+            self.0.insert(i, (key, value));
+        }
+    }
+
+    pub fn remove(&mut self, key: &str) -> Option<ArgValue> {
+        self.position(key).ok().map(|i| self.0.remove(i).1)
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|(k, _)| k.as_ref())
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &ArgValue)> {
+        self.0.iter().map(|(k, v)| (k.as_ref(), v))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+impl<K: Into<ArgKey>> FromIterator<(K, ArgValue)> for Arguments {
+    fn from_iter<I: IntoIterator<Item = (K, ArgValue)>>(iter: I) -> Self {
+        let mut all: Vec<(ArgKey, ArgValue)> = iter.into_iter().map(|(k, v)| (k.into(), v)).collect();
+        // The last value of a key wins, as in a map.
+        all.reverse();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all.dedup_by(|later, earlier| later.0 == earlier.0);
+        all.shrink_to_fit();
+        Arguments(all)
+    }
+}
+
+impl Serialize for Arguments {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.iter())
+    }
+}
 
 /// The arguments hopper reads and writes, by their RabbitMQ name. Names the code compares with
 /// live arguments are written once, here.
@@ -189,7 +269,23 @@ pub enum Role {
     DeadLetter,
 }
 
+/// The part a queue plays, without the details.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RoleKind {
+    Work,
+    Wait,
+    DeadLetter,
+}
+
 impl Role {
+    pub fn kind(&self) -> RoleKind {
+        match self {
+            Role::Work { .. } => RoleKind::Work,
+            Role::Wait { .. } => RoleKind::Wait,
+            Role::DeadLetter => RoleKind::DeadLetter,
+        }
+    }
+
     /// For people: "main queue", "work queue of attempt 3", ...
     pub fn describe(&self) -> String {
         match self {
@@ -273,7 +369,7 @@ pub struct Exchange {
 }
 
 /// Where a binding delivers: a queue, or another exchange.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(tag = "destination_type", content = "destination", rename_all = "snake_case")]
 pub enum Destination {
     Queue(QueueName),
@@ -298,7 +394,7 @@ impl Destination {
 
 /// A binding is identified by all of it: RabbitMQ keeps two bindings that differ only in their
 /// arguments as two bindings.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub struct Binding {
     /// The exchange messages come from.
     pub source: ExchangeName,
@@ -378,11 +474,11 @@ impl fmt::Display for ObjectKind {
 }
 
 /// What identifies an object in a vhost: its kind and its name, or all of a binding.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Key {
-    Exchange(ExchangeName),
-    Queue(QueueName),
-    Binding(Binding),
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Key<'a> {
+    Exchange(&'a ExchangeName),
+    Queue(&'a QueueName),
+    Binding(&'a Binding),
 }
 
 impl Object {
@@ -394,11 +490,11 @@ impl Object {
         }
     }
 
-    pub fn key(&self) -> Key {
+    pub fn key(&self) -> Key<'_> {
         match self {
-            Object::Exchange(e) => Key::Exchange(e.name.clone()),
-            Object::Queue(q) => Key::Queue(q.name.clone()),
-            Object::Binding(b) => Key::Binding(b.clone()),
+            Object::Exchange(e) => Key::Exchange(&e.name),
+            Object::Queue(q) => Key::Queue(&q.name),
+            Object::Binding(b) => Key::Binding(b),
         }
     }
 }
@@ -431,7 +527,7 @@ mod tests {
     fn binding_arguments_are_part_of_its_identity() {
         let plain = Binding::to_queue("x", "q", "k");
         let mut with = plain.clone();
-        with.arguments.insert("x-match".into(), ArgValue::str("all"));
+        with.arguments.insert("x-match", ArgValue::str("all"));
         assert_ne!(plain, with);
     }
 }

@@ -25,9 +25,15 @@ pub fn print(text: &str) -> std::io::Result<()> {
     out.flush()
 }
 
+/// Pretty JSON, written as it is made: a large report is never held in memory as text.
 pub fn json<T: Serialize>(value: &T) -> anyhow::Result<()> {
-    let text = serde_json::to_string_pretty(value)?;
-    Ok(print(&text)?)
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    serde_json::to_writer_pretty(&mut out, value).map_err(|e| match e.io_error_kind() {
+        Some(kind) => anyhow::Error::from(std::io::Error::from(kind)),
+        None => anyhow::Error::from(e),
+    })?;
+    out.write_all(b"\n")?;
+    Ok(out.flush()?)
 }
 
 pub fn table(header: &[&str]) -> Table {

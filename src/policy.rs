@@ -101,56 +101,107 @@ pub struct Effective {
     pub policy: Option<String>,
 }
 
+/// The effective value of each setting that is set anywhere, in setting order: a short list
+/// (a map per queue would cost far more memory than the two or three settings it holds).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Settings(Vec<(Setting, Effective)>);
+
+impl Settings {
+    pub fn get(&self, setting: Setting) -> Option<&Effective> {
+        self.0.iter().find(|(s, _)| *s == setting).map(|(_, e)| e)
+    }
+
+    pub fn contains(&self, setting: Setting) -> bool {
+        self.get(setting).is_some()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (Setting, &Effective)> {
+        self.0.iter().map(|(s, e)| (*s, e))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn insert(&mut self, setting: Setting, effective: Effective) {
+        self.0.retain(|(s, _)| *s != setting);
+        self.0.push((setting, effective));
+        self.0.sort_by_key(|(s, _)| *s);
+    }
+}
+
+impl IntoIterator for Settings {
+    type Item = (Setting, Effective);
+    type IntoIter = std::vec::IntoIter<(Setting, Effective)>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
+    }
+}
+
 /// The effective value of every setting that is set anywhere.
 pub fn effective(
     quorum: bool,
     arguments: &Arguments,
     policy: Option<&AppliedPolicy>,
     operator_policy: Option<&AppliedPolicy>,
-) -> BTreeMap<Setting, Effective> {
-    let mut out = BTreeMap::new();
-    for setting in Setting::ALL {
-        let mut candidates: Vec<Effective> = Vec::new();
-        if let Some(v) = arguments.get(setting.argument()) {
-            candidates.push(Effective { value: v.clone(), source: Source::Argument, policy: None });
-        }
-        for (p, source) in [(policy, Source::Policy), (operator_policy, Source::OperatorPolicy)] {
-            if let Some(p) = p
-                && let Some(v) = p.definition.get(setting.policy_key())
-            {
-                candidates.push(Effective { value: v.clone(), source, policy: Some(p.name.clone()) });
-            }
-        }
-        if let Some(winner) = resolve(setting, quorum, candidates) {
-            out.insert(setting, winner);
-        }
-    }
-    out
+) -> Settings {
+    let mut out: Vec<(Setting, Effective)> = Setting::ALL
+        .into_iter()
+        .filter_map(|s| effective_one(s, quorum, arguments, policy, operator_policy).map(|e| (s, e)))
+        .collect();
+    out.shrink_to_fit();
+    Settings(out)
 }
 
-fn resolve(setting: Setting, quorum: bool, candidates: Vec<Effective>) -> Option<Effective> {
-    let first = |source: Source| candidates.iter().find(|c| c.source == source).cloned();
+/// The effective value of one setting, if it is set anywhere.
+pub fn effective_one(
+    setting: Setting,
+    quorum: bool,
+    arguments: &Arguments,
+    policy: Option<&AppliedPolicy>,
+    operator_policy: Option<&AppliedPolicy>,
+) -> Option<Effective> {
+    let argument = arguments.get(setting.argument());
+    fn from(setting: Setting, p: Option<&AppliedPolicy>) -> Option<(&ArgValue, &AppliedPolicy)> {
+        p.and_then(|p| Some((p.definition.get(setting.policy_key())?, p)))
+    }
+    let (policy, operator) = (from(setting, policy), from(setting, operator_policy));
+    let pick = |source: Source| -> Option<Effective> {
+        let (value, name) = match source {
+            Source::Argument => (argument?, None),
+            Source::Policy => policy.map(|(v, p)| (v, Some(p.name.clone())))?,
+            Source::OperatorPolicy => operator.map(|(v, p)| (v, Some(p.name.clone())))?,
+        };
+        Some(Effective { value: value.clone(), source, policy: name })
+    };
+    let int = |source: Source| match source {
+        Source::Argument => argument.and_then(ArgValue::as_int),
+        Source::Policy => policy.and_then(|(v, _)| v.as_int()),
+        Source::OperatorPolicy => operator.and_then(|(v, _)| v.as_int()),
+    };
+    const ALL: [Source; 3] = [Source::Argument, Source::Policy, Source::OperatorPolicy];
     match setting {
         // Strings an argument decides; operator policies cannot set them.
         Setting::DeadLetterExchange | Setting::DeadLetterRoutingKey | Setting::DeadLetterStrategy => {
-            first(Source::Argument).or_else(|| first(Source::Policy))
+            pick(Source::Argument).or_else(|| pick(Source::Policy))
         }
         // On a quorum queue the policy decides overflow; on a classic queue the argument does.
         Setting::Overflow if quorum => {
-            first(Source::OperatorPolicy).or_else(|| first(Source::Policy)).or_else(|| first(Source::Argument))
+            pick(Source::OperatorPolicy).or_else(|| pick(Source::Policy)).or_else(|| pick(Source::Argument))
         }
         Setting::Overflow => {
-            first(Source::Argument).or_else(|| first(Source::Policy)).or_else(|| first(Source::OperatorPolicy))
+            pick(Source::Argument).or_else(|| pick(Source::Policy)).or_else(|| pick(Source::OperatorPolicy))
         }
         // A negative delivery limit (unlimited) anywhere: the largest wins; otherwise the smallest.
         Setting::DeliveryLimit => {
-            let any_negative = candidates.iter().any(|c| c.value.as_int().is_some_and(|n| n < 0));
-            let pick = candidates.into_iter().filter(|c| c.value.as_int().is_some());
-            if any_negative { pick.max_by_key(|c| c.value.as_int()) } else { pick.min_by_key(|c| c.value.as_int()) }
+            let set = ALL.into_iter().filter(|s| int(*s).is_some());
+            let any_negative = ALL.into_iter().any(|s| int(s).is_some_and(|n| n < 0));
+            let winner = if any_negative { set.max_by_key(|s| int(*s)) } else { set.min_by_key(|s| int(*s)) };
+            winner.and_then(pick)
         }
         // TTL, expires and length limits: the most conservative (smallest) wins.
         Setting::MessageTtl | Setting::Expires | Setting::MaxLength | Setting::MaxLengthBytes => {
-            candidates.into_iter().filter(|c| c.value.as_int().is_some()).min_by_key(|c| c.value.as_int())
+            ALL.into_iter().filter(|s| int(*s).is_some()).min_by_key(|s| int(*s)).and_then(pick)
         }
     }
 }
@@ -174,11 +225,11 @@ mod tests {
         let a = args(&[("x-dead-letter-exchange", Str("orders.dlx".into()))]);
         let p = policy("dlx", &[("dead-letter-exchange", Str("elsewhere".into()))]);
         let e = effective(true, &a, Some(&p), None);
-        assert_eq!(e[&Setting::DeadLetterExchange].source, Source::Argument);
+        assert_eq!(e.get(Setting::DeadLetterExchange).unwrap().source, Source::Argument);
         // Without the argument, the policy sets it.
         let e = effective(true, &Arguments::new(), Some(&p), None);
-        assert_eq!(e[&Setting::DeadLetterExchange].value, Str("elsewhere".into()));
-        assert_eq!(e[&Setting::DeadLetterExchange].policy.as_deref(), Some("dlx"));
+        assert_eq!(e.get(Setting::DeadLetterExchange).unwrap().value, Str("elsewhere".into()));
+        assert_eq!(e.get(Setting::DeadLetterExchange).unwrap().policy.as_deref(), Some("dlx"));
     }
 
     #[test]
@@ -187,30 +238,41 @@ mod tests {
         let op = policy("cap", &[("message-ttl", Int(1000))]);
         let e = effective(false, &a, None, Some(&op));
         assert_eq!(
-            e[&Setting::MessageTtl],
-            Effective { value: Int(1000), source: Source::OperatorPolicy, policy: Some("cap".into()) }
+            e.get(Setting::MessageTtl).unwrap(),
+            &Effective { value: Int(1000), source: Source::OperatorPolicy, policy: Some("cap".into()) }
         );
         let longer = policy("long", &[("message-ttl", Int(60000))]);
-        assert_eq!(effective(false, &a, Some(&longer), None)[&Setting::MessageTtl].source, Source::Argument);
+        assert_eq!(
+            effective(false, &a, Some(&longer), None).get(Setting::MessageTtl).unwrap().source,
+            Source::Argument
+        );
     }
 
     #[test]
     fn quorum_overflow_is_the_policys() {
         let a = args(&[("x-overflow", Str("reject-publish".into()))]);
         let p = policy("p", &[("overflow", Str("drop-head".into()))]);
-        assert_eq!(effective(true, &a, Some(&p), None)[&Setting::Overflow].value, Str("drop-head".into()));
-        assert_eq!(effective(false, &a, Some(&p), None)[&Setting::Overflow].value, Str("reject-publish".into()));
+        assert_eq!(effective(true, &a, Some(&p), None).get(Setting::Overflow).unwrap().value, Str("drop-head".into()));
+        assert_eq!(
+            effective(false, &a, Some(&p), None).get(Setting::Overflow).unwrap().value,
+            Str("reject-publish".into())
+        );
     }
 
     #[test]
     fn delivery_limit_min_unless_one_is_negative() {
         let a = args(&[("x-delivery-limit", Int(20))]);
         assert_eq!(
-            effective(true, &a, Some(&policy("p", &[("delivery-limit", Int(5))])), None)[&Setting::DeliveryLimit].value,
+            effective(true, &a, Some(&policy("p", &[("delivery-limit", Int(5))])), None)
+                .get(Setting::DeliveryLimit)
+                .unwrap()
+                .value,
             Int(5)
         );
         assert_eq!(
-            effective(true, &a, Some(&policy("p", &[("delivery-limit", Int(-1))])), None)[&Setting::DeliveryLimit]
+            effective(true, &a, Some(&policy("p", &[("delivery-limit", Int(-1))])), None)
+                .get(Setting::DeliveryLimit)
+                .unwrap()
                 .value,
             Int(20)
         );

@@ -85,7 +85,7 @@ impl Session {
     /// exist, then as the spec wants them, which changes nothing when they are equivalent and is
     /// refused (406) naming the first argument that differs when they are not. Bindings cannot
     /// be read over AMQP.
-    pub async fn probe(&mut self, objects: &[Object]) -> Result<Live> {
+    pub async fn probe(&mut self, objects: &[&Object]) -> Result<Live> {
         let mut live = Live::default();
         for object in objects {
             match object {
@@ -353,13 +353,13 @@ fn short(s: &str) -> Result<ShortString> {
 
 pub fn field_table(args: &Arguments) -> FieldTable {
     let mut table = FieldTable::default();
-    for (k, v) in args {
+    for (k, v) in args.iter() {
         let value = match v {
             ArgValue::Bool(b) => AMQPValue::Boolean(*b),
             ArgValue::Int(n) => AMQPValue::LongLongInt(*n),
             ArgValue::Str(s) | ArgValue::Other(s) => AMQPValue::LongString(LongString::from(s.as_str())),
         };
-        table.insert(ShortString::from(k.as_str()), value);
+        table.insert(ShortString::from(k), value);
     }
     table
 }

@@ -36,7 +36,7 @@ pub struct Args {
     #[arg(long, conflicts_with = "specs")]
     pub live: bool,
     /// The vhost (with --live), or the spec's vhost override.
-    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    #[arg(long, value_parser = super::vhost_name)]
     pub vhost: Option<String>,
     #[arg(long, value_enum, default_value_t = Style::Dot)]
     pub style: Style,
@@ -123,10 +123,10 @@ fn drawing(v: usize, n: &Network) -> Drawing {
         ids.insert(node, new.clone());
         new
     };
-    for name in n.exchanges.keys() {
+    for name in n.exchange_names() {
         id(Node::Exchange(name.clone()), &mut nodes);
     }
-    for name in n.queues.keys() {
+    for name in n.queue_names() {
         id(Node::Queue(name.clone()), &mut nodes);
     }
     let mut edges = Vec::new();
@@ -138,7 +138,7 @@ fn drawing(v: usize, n: &Network) -> Drawing {
         };
         edges.push((from, to, b.routing_key.clone(), false));
     }
-    for name in n.queues.keys() {
+    for name in n.queue_names() {
         let reasons: Vec<&str> =
             Reason::ALL.iter().filter(|r| n.can_dead_letter(name, **r)).map(|r| r.as_str()).collect();
         if let DeadLetter::Routed { exchange, routing_key, queues, .. } = n.dead_letter(name) {

@@ -27,7 +27,7 @@ pub struct Args {
     #[arg(value_name = "SPEC")]
     pub specs: Vec<std::path::PathBuf>,
     /// The vhost to inspect [default: "/", or the spec's].
-    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    #[arg(long, value_parser = super::vhost_name)]
     pub vhost: Option<String>,
     /// Only this queue.
     #[arg(long)]

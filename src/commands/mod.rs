@@ -60,7 +60,7 @@ pub struct SpecArgs {
     #[arg(required = true, value_name = "SPEC")]
     pub specs: Vec<PathBuf>,
     /// Use this vhost for every topology, whatever the files say.
-    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    #[arg(long, value_parser = vhost_name)]
     pub vhost: Option<String>,
 }
 
@@ -78,6 +78,14 @@ impl SpecArgs {
                 Ok(Err(Exit::Error))
             }
         }
+    }
+}
+
+/// A vhost name from the command line: the same rules as in a spec.
+pub fn vhost_name(value: &str) -> Result<String, String> {
+    match spec::vhost_problem(value) {
+        Some(problem) => Err(problem),
+        None => Ok(value.to_string()),
     }
 }
 

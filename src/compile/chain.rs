@@ -13,8 +13,8 @@ pub(super) fn compile(t: &Topology, objects: &mut Vec<Object>) {
     for attempt in (1..=t.max_attempts).rev() {
         let work = t.work_queue(attempt);
         let mut args = work_queue_arguments(t);
-        args.insert(arg::DEAD_LETTER_EXCHANGE.into(), ArgValue::str(t.retry_exchange.as_str()));
-        args.insert(arg::DEAD_LETTER_ROUTING_KEY.into(), ArgValue::str(attempt.to_string()));
+        args.insert(arg::DEAD_LETTER_EXCHANGE, ArgValue::str(t.retry_exchange.as_str()));
+        args.insert(arg::DEAD_LETTER_ROUTING_KEY, ArgValue::str(attempt.to_string()));
         objects.push(Object::Queue(Queue {
             name: work.clone(),
             durable: true,

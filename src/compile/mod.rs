@@ -72,10 +72,10 @@ pub fn compile_topology(t: &Topology) -> CompiledTopology {
 /// copy to the other queues bound to the main exchange.
 fn wait_queue(t: &Topology, name: QueueName, hops: Vec<u32>, delay: std::time::Duration, target: &QueueName) -> Queue {
     let mut args = Arguments::new();
-    args.insert(arg::QUEUE_TYPE.into(), str(t.queue_type.as_str()));
-    args.insert(arg::MESSAGE_TTL.into(), ArgValue::Int(delay.as_millis() as i64));
-    args.insert(arg::DEAD_LETTER_EXCHANGE.into(), str(""));
-    args.insert(arg::DEAD_LETTER_ROUTING_KEY.into(), str(target));
+    args.insert(arg::QUEUE_TYPE, str(t.queue_type.as_str()));
+    args.insert(arg::MESSAGE_TTL, ArgValue::Int(delay.as_millis() as i64));
+    args.insert(arg::DEAD_LETTER_EXCHANGE, str(""));
+    args.insert(arg::DEAD_LETTER_ROUTING_KEY, str(target));
     at_least_once(t, &mut args);
     Queue {
         name,
@@ -87,9 +87,9 @@ fn wait_queue(t: &Topology, name: QueueName, hops: Vec<u32>, delay: std::time::D
 
 fn work_queue_arguments(t: &Topology) -> Arguments {
     let mut args = Arguments::new();
-    args.insert(arg::QUEUE_TYPE.into(), str(t.queue_type.as_str()));
+    args.insert(arg::QUEUE_TYPE, str(t.queue_type.as_str()));
     if let Some(limit) = t.effective_delivery_limit() {
-        args.insert(arg::DELIVERY_LIMIT.into(), ArgValue::Int(limit));
+        args.insert(arg::DELIVERY_LIMIT, ArgValue::Int(limit));
     }
     at_least_once(t, &mut args);
     args
@@ -97,9 +97,9 @@ fn work_queue_arguments(t: &Topology) -> Arguments {
 
 fn dead_letter_queue_arguments(t: &Topology) -> Arguments {
     let mut args = Arguments::new();
-    args.insert(arg::QUEUE_TYPE.into(), str(t.queue_type.as_str()));
+    args.insert(arg::QUEUE_TYPE, str(t.queue_type.as_str()));
     if t.queue_type == QueueType::Quorum {
-        args.insert(arg::DELIVERY_LIMIT.into(), ArgValue::Int(DEAD_LETTER_DELIVERY_LIMIT));
+        args.insert(arg::DELIVERY_LIMIT, ArgValue::Int(DEAD_LETTER_DELIVERY_LIMIT));
     }
     args
 }
@@ -108,8 +108,8 @@ fn dead_letter_queue_arguments(t: &Topology) -> Arguments {
 /// under the default drop-head overflow.
 fn at_least_once(t: &Topology, args: &mut Arguments) {
     if t.queue_type == QueueType::Quorum {
-        args.insert(arg::DEAD_LETTER_STRATEGY.into(), str("at-least-once"));
-        args.insert(arg::OVERFLOW.into(), str("reject-publish"));
+        args.insert(arg::DEAD_LETTER_STRATEGY, str("at-least-once"));
+        args.insert(arg::OVERFLOW, str("reject-publish"));
     }
 }
 

@@ -7,8 +7,8 @@ use crate::spec::Topology;
 
 pub(super) fn compile(t: &Topology, objects: &mut Vec<Object>) {
     let mut args = work_queue_arguments(t);
-    args.insert(arg::DEAD_LETTER_EXCHANGE.into(), ArgValue::str(t.dead_letter_exchange.as_str()));
-    args.insert(arg::DEAD_LETTER_ROUTING_KEY.into(), ArgValue::str(t.dead_letter_queue.as_str()));
+    args.insert(arg::DEAD_LETTER_EXCHANGE, ArgValue::str(t.dead_letter_exchange.as_str()));
+    args.insert(arg::DEAD_LETTER_ROUTING_KEY, ArgValue::str(t.dead_letter_queue.as_str()));
     objects.push(Object::Queue(Queue {
         name: t.queue.clone(),
         durable: true,

@@ -302,7 +302,7 @@ fn the_dead_letter_queue_is_terminal() {
         assert!(!dlq.arguments.contains_key("x-dead-letter-routing-key"), "{:?}", dlq.arguments);
         let mut want = args(&[("x-queue-type", s(t.queue_type.as_str()))]);
         if t.queue_type == QueueType::Quorum {
-            want.insert("x-delivery-limit".into(), ArgValue::Int(DEAD_LETTER_DELIVERY_LIMIT));
+            want.insert("x-delivery-limit", ArgValue::Int(DEAD_LETTER_DELIVERY_LIMIT));
         }
         assert_eq!(dlq.arguments, want);
         // Reachable by name through the dead-letter exchange.

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 pub use rules::{Rule, Severity};
 
-use crate::model::{ExchangeName, QueueName, Role};
+use crate::model::{ExchangeName, QueueName, RoleKind};
 use crate::network::{DeadLetter, End, Network, Reason};
 use crate::policy::{Effective, Setting, Source};
 
@@ -81,7 +81,8 @@ struct Subject<'n> {
 /// Every hazard in the network, worst first.
 pub fn check(n: &Network) -> Vec<Finding> {
     let mut out = Vec::new();
-    for (name, q) in &n.queues {
+    for name in n.queue_names() {
+        let q = &n.queues[name];
         let s = Subject { n, name, q, wait: is_wait_queue(n, name), dead_letter_queue: is_dead_letter_queue(n, name) };
         dead_letter_route(&s, &mut out);
         out.extend(dead_letter_routing_key_missing(&s));
@@ -244,7 +245,7 @@ fn expires_on_retry_path(s: &Subject) -> Option<Finding> {
         Finding::on(
             Rule::ExpiresOnRetryPath,
             s.name,
-            format!("`{}` expires after {} ms unused{}: deleted with the messages in it", s.name, e.value, source(e)),
+            format!("`{}` expires after {} ms unused{}: deleted with the messages in it", s.name, e.value, source(&e)),
         )
     })
 }
@@ -287,7 +288,7 @@ fn at_least_once_not_in_force(s: &Subject) -> Option<Finding> {
 fn unknown_arguments(s: &Subject) -> Vec<Finding> {
     s.q.arguments
         .keys()
-        .filter(|key| !KNOWN_ARGUMENTS.contains(&key.as_str()))
+        .filter(|key| !KNOWN_ARGUMENTS.contains(key))
         .map(|key| {
             let hint = if KNOWN_ARGUMENTS.contains(&format!("x-{key}").as_str()) {
                 format!("; did you mean `x-{key}`?")
@@ -330,7 +331,7 @@ fn dead_letter_queue_not_terminal(s: &Subject) -> Option<Finding> {
         return None;
     }
     let what = match (s.n.setting(s.name, Setting::MessageTtl), s.n.text(s.name, Setting::DeadLetterExchange)) {
-        (Some(ttl), _) => format!("expires its messages after {} ms{}", ttl.value, source(ttl)),
+        (Some(ttl), _) => format!("expires its messages after {} ms{}", ttl.value, source(&ttl)),
         (None, Some(x)) => format!("passes its dead letters on to exchange `{x}`"),
         (None, None) => return None,
     };
@@ -341,8 +342,8 @@ fn dead_letter_queue_not_terminal(s: &Subject) -> Option<Finding> {
 /// a live broker from its shape.
 pub fn is_wait_queue(n: &Network, name: &str) -> bool {
     let Some(q) = n.queues.get(name) else { return false };
-    match &q.role {
-        Some(role) => matches!(role, Role::Wait { .. }),
+    match q.role {
+        Some(role) => role == RoleKind::Wait,
         None => n.has(name, Setting::MessageTtl) && n.has(name, Setting::DeadLetterExchange),
     }
 }
@@ -351,8 +352,8 @@ pub fn is_wait_queue(n: &Network, name: &str) -> bool {
 /// and is named like one.
 pub fn is_dead_letter_queue(n: &Network, name: &str) -> bool {
     let Some(q) = n.queues.get(name) else { return false };
-    match &q.role {
-        Some(role) => matches!(role, Role::DeadLetter),
+    match q.role {
+        Some(role) => role == RoleKind::DeadLetter,
         None => {
             let lower = name.to_ascii_lowercase();
             ["dlq", "dead", "parking", "error", "failed", "poison"].iter().any(|w| lower.contains(w))
@@ -377,7 +378,7 @@ fn join(queues: &[QueueName]) -> String {
 /// non-rejected deaths. The same cycle found from each of its queues is one finding.
 fn dead_letter_cycles(n: &Network, out: &mut Vec<Finding>) {
     let mut found = std::collections::BTreeSet::new();
-    for name in n.queues.keys() {
+    for name in n.queue_names() {
         for reason in [Reason::Expired, Reason::Maxlen, Reason::DeliveryLimit] {
             if !n.can_dead_letter(name, reason) {
                 continue;

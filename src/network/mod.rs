@@ -3,24 +3,32 @@
 //! the same dead-letter paths apply to both. Pure: routing is simulated, never tried.
 
 use std::cell::OnceCell;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use serde::Serialize;
 
 use crate::compile::CompiledTopology;
 use crate::live::Live;
-use crate::model::{ArgValue, Arguments, Binding, Destination, ExchangeName, ExchangeType, Object, QueueName, Role};
-use crate::policy::{self, Effective, Setting};
+use crate::model::{
+    ArgValue, Arguments, Binding, Destination, ExchangeName, ExchangeType, Object, QueueName, RoleKind,
+};
+use crate::policy::{self, AppliedPolicy, Effective, Setting};
+
+/// Maps looked up millions of times in a large vhost: hashed, with a fast hash (names are not
+/// chosen by an attacker who could make them collide, and ordered output is sorted where it is
+/// shown).
+pub type Map<K, V> = rustc_hash::FxHashMap<K, V>;
 
 #[derive(Debug, Clone, Default)]
 pub struct Network {
-    pub exchanges: BTreeMap<ExchangeName, Exchange>,
-    pub queues: BTreeMap<QueueName, Queue>,
+    pub exchanges: Map<ExchangeName, Exchange>,
+    pub queues: Map<QueueName, Queue>,
     /// Every binding, with the bindings of each source exchange found by index.
     bindings: Vec<Binding>,
-    by_source: BTreeMap<ExchangeName, Vec<usize>>,
+    by_source: Map<ExchangeName, Vec<usize>>,
     /// The queues whose dead letters reach each queue, computed once when first asked.
-    feeders: OnceCell<BTreeMap<QueueName, Vec<QueueName>>>,
+    feeders: OnceCell<Map<QueueName, Vec<QueueName>>>,
     /// The broker's major version when known (live); `None` for a spec, which is judged as
     /// RabbitMQ 4.x would run it.
     pub major: Option<u32>,
@@ -40,15 +48,32 @@ pub struct Queue {
     pub durable: bool,
     pub auto_delete: bool,
     pub arguments: Arguments,
-    /// Argument, policy and operator policy combined as RabbitMQ does.
-    pub effective: BTreeMap<Setting, Effective>,
-    pub policy: Option<String>,
-    pub operator_policy: Option<String>,
+    pub policy: Option<Arc<AppliedPolicy>>,
+    pub operator_policy: Option<Arc<AppliedPolicy>>,
     pub ready: Option<u64>,
     pub unacked: Option<u64>,
     pub consumers: Option<u64>,
     /// The part the queue plays, when a spec says so.
-    pub role: Option<Role>,
+    pub role: Option<RoleKind>,
+}
+
+impl Queue {
+    /// Argument, policy and operator policy combined as RabbitMQ does, for every setting.
+    pub fn effective(&self) -> policy::Settings {
+        policy::effective(self.quorum, &self.arguments, self.policy.as_deref(), self.operator_policy.as_deref())
+    }
+
+    /// The same for one setting: worked out when asked rather than stored, so a network of a
+    /// million queues stays small.
+    pub fn setting(&self, setting: Setting) -> Option<Effective> {
+        policy::effective_one(
+            setting,
+            self.quorum,
+            &self.arguments,
+            self.policy.as_deref(),
+            self.operator_policy.as_deref(),
+        )
+    }
 }
 
 /// Why RabbitMQ dead-letters a message (the `reason` of `x-death`).
@@ -148,8 +173,9 @@ impl Network {
         for o in crate::plan::desired(topologies) {
             match o {
                 Object::Exchange(e) => {
-                    let exchange = Exchange { kind: e.kind, durable: e.durable, auto_delete: false, alternate: None };
-                    n.exchanges.insert(e.name, exchange);
+                    let exchange =
+                        Exchange { kind: e.kind.clone(), durable: e.durable, auto_delete: false, alternate: None };
+                    n.exchanges.insert(e.name.clone(), exchange);
                 }
                 Object::Queue(q) => {
                     let quorum = crate::plan::is_quorum(&q.arguments);
@@ -157,18 +183,17 @@ impl Network {
                         quorum,
                         durable: q.durable,
                         auto_delete: false,
-                        effective: policy::effective(quorum, &q.arguments, None, None),
-                        arguments: q.arguments,
+                        arguments: q.arguments.clone(),
                         policy: None,
                         operator_policy: None,
                         ready: None,
                         unacked: None,
                         consumers: None,
-                        role: Some(q.role),
+                        role: Some(q.role.kind()),
                     };
-                    n.queues.insert(q.name, queue);
+                    n.queues.insert(q.name.clone(), queue);
                 }
-                Object::Binding(b) => n.add_binding(b),
+                Object::Binding(b) => n.add_binding(b.clone()),
             }
         }
         n
@@ -190,16 +215,14 @@ impl Network {
         for (name, q) in &live.queues {
             let arguments = q.arguments.clone().unwrap_or_default();
             let quorum = crate::plan::is_quorum(&arguments);
-            let effective = policy::effective(quorum, &arguments, q.policy.as_ref(), q.operator_policy.as_ref());
             let ready = q.messages.map(|m| m.saturating_sub(q.unacked.unwrap_or(0)));
             let queue = Queue {
                 quorum,
                 durable: q.durable,
                 auto_delete: q.auto_delete,
                 arguments,
-                effective,
-                policy: q.policy.as_ref().map(|p| p.name.clone()),
-                operator_policy: q.operator_policy.as_ref().map(|p| p.name.clone()),
+                policy: q.policy.clone(),
+                operator_policy: q.operator_policy.clone(),
                 ready,
                 unacked: q.unacked,
                 consumers: q.consumers,
@@ -208,6 +231,20 @@ impl Network {
             n.queues.insert(name.clone(), queue);
         }
         n
+    }
+
+    /// Every queue's name, in name order.
+    pub fn queue_names(&self) -> Vec<&QueueName> {
+        let mut names: Vec<&QueueName> = self.queues.keys().collect();
+        names.sort();
+        names
+    }
+
+    /// Every exchange's name, in name order.
+    pub fn exchange_names(&self) -> Vec<&ExchangeName> {
+        let mut names: Vec<&ExchangeName> = self.exchanges.keys().collect();
+        names.sort();
+        names
     }
 
     pub fn add_binding(&mut self, b: Binding) {
@@ -296,8 +333,8 @@ impl Network {
         }
     }
 
-    pub fn setting(&self, queue: &str, setting: Setting) -> Option<&Effective> {
-        self.queues.get(queue)?.effective.get(&setting)
+    pub fn setting(&self, queue: &str, setting: Setting) -> Option<Effective> {
+        self.queues.get(queue)?.setting(setting)
     }
 
     pub fn has(&self, queue: &str, setting: Setting) -> bool {
@@ -312,7 +349,7 @@ impl Network {
             Reason::Expired => self.has(queue, Setting::MessageTtl),
             Reason::Maxlen => {
                 (self.has(queue, Setting::MaxLength) || self.has(queue, Setting::MaxLengthBytes))
-                    && match self.setting(queue, Setting::Overflow).map(|e| &e.value) {
+                    && match self.setting(queue, Setting::Overflow).map(|e| e.value) {
                         None => true,
                         Some(ArgValue::Str(s)) => s == "drop-head" || (s == "reject-publish-dlx" && !q.quorum),
                         Some(_) => false,
@@ -329,8 +366,8 @@ impl Network {
         if !q.quorum {
             return None;
         }
-        match self.setting(queue, Setting::DeliveryLimit).map(|e| &e.value) {
-            Some(ArgValue::Int(n)) if *n >= 0 => Some(*n),
+        match self.setting(queue, Setting::DeliveryLimit).map(|e| e.value) {
+            Some(ArgValue::Int(n)) if n >= 0 => Some(n),
             Some(_) => None,
             None if self.major.is_none_or(|m| m >= 4) => Some(20),
             None => None,
@@ -339,8 +376,8 @@ impl Network {
 
     /// The effective value of a setting, as text (strings unquoted).
     pub fn text(&self, queue: &str, setting: Setting) -> Option<String> {
-        self.setting(queue, setting).map(|e| match &e.value {
-            ArgValue::Str(s) => s.clone(),
+        self.setting(queue, setting).map(|e| match e.value {
+            ArgValue::Str(s) => s,
             other => other.to_string(),
         })
     }
@@ -460,12 +497,12 @@ impl Network {
     fn next_death(&self, queue: &str) -> Next {
         let Some(q) = self.queues.get(queue) else { return Next::Held };
         let waits = self.can_dead_letter(queue, Reason::Expired) && self.has(queue, Setting::DeadLetterExchange);
-        let consumed = match &q.role {
-            Some(Role::Work { .. }) => true,
+        let consumed = match q.role {
+            Some(RoleKind::Work) => true,
             Some(_) => false,
             None => q.consumers.unwrap_or(0) > 0,
         };
-        if consumed && !matches!(q.role, Some(Role::Wait { .. })) {
+        if consumed && q.role != Some(RoleKind::Wait) {
             Next::Consumed
         } else if waits {
             Next::Dies(Reason::Expired)
@@ -482,7 +519,7 @@ impl Network {
         let Some(q) = self.queues.get(queue) else { return false };
         self.has(queue, Setting::DeadLetterExchange)
             && !self.has(queue, Setting::MessageTtl)
-            && !matches!(q.role, Some(Role::Work { .. }))
+            && q.role != Some(RoleKind::Work)
             && q.consumers.unwrap_or(0) == 0
             && self.loops_back(queue)
     }
@@ -512,8 +549,8 @@ impl Network {
     /// Queues whose dead letters reach `queue`.
     pub fn feeders(&self, queue: &str) -> &[QueueName] {
         let all = self.feeders.get_or_init(|| {
-            let mut map: BTreeMap<QueueName, Vec<QueueName>> = BTreeMap::new();
-            for from in self.queues.keys() {
+            let mut map: Map<QueueName, Vec<QueueName>> = Map::default();
+            for from in self.queue_names() {
                 for to in self.targets(from) {
                     map.entry(to).or_default().push(from.clone());
                 }
@@ -534,7 +571,6 @@ impl Network {
             quorum,
             durable: true,
             auto_delete: false,
-            effective: policy::effective(quorum, &arguments, None, None),
             arguments,
             policy: None,
             operator_policy: None,

@@ -36,8 +36,7 @@ fn a_cycle_without_rejection_is_dropped() {
     let mut n = network("[topology.orders]\ndelays = [\"5s\"]\nmax_attempts = 2\n");
     let main = n.queues.get_mut("orders").unwrap();
     for (k, v) in [(Setting::DeadLetterExchange, ""), (Setting::DeadLetterRoutingKey, "orders.wait-5s")] {
-        main.effective
-            .insert(k, Effective { value: ArgValue::Str(v.into()), source: policy::Source::Argument, policy: None });
+        main.arguments.insert(k.argument(), ArgValue::Str(v.into()));
     }
     let p = n.path("orders", Reason::DeliveryLimit);
     assert_eq!(p.end, End::DroppedAsCycle { queue: "orders".into() }, "{p:?}");

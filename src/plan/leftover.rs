@@ -28,7 +28,7 @@ pub(super) fn steps(topologies: &[&CompiledTopology], live: &Live, wanted: &BTre
     // the main exchange) belongs to someone else.
     let mut unbound = BTreeSet::new();
     if let Some(bindings) = &live.bindings {
-        for b in bindings.iter().filter(|b| !wanted.contains(&Key::Binding((*b).clone()))) {
+        for b in bindings.iter().filter(|b| !wanted.contains(&Key::Binding(b))) {
             let Destination::Queue(destination) = &b.destination else { continue };
             let ours = topologies.iter().any(|t| {
                 let t = &t.topology;

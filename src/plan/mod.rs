@@ -215,13 +215,13 @@ impl Plan {
 /// Every object of the vhost's topologies, sinks first, each declared once (a main exchange may
 /// be shared by several topologies). Objects are the same when their identities are: a binding
 /// is all of it, never the text it prints as.
-pub fn desired(topologies: &[&CompiledTopology]) -> Vec<Object> {
-    let mut seen = BTreeSet::new();
+pub fn desired<'t>(topologies: &[&'t CompiledTopology]) -> Vec<&'t Object> {
+    let mut seen = rustc_hash::FxHashSet::default();
     let mut objects = Vec::new();
     for t in topologies {
         for o in &t.objects {
             if seen.insert(o.key()) {
-                objects.push(o.clone());
+                objects.push(o);
             }
         }
     }
@@ -255,7 +255,7 @@ pub fn plan(vhost: &str, topologies: &[&CompiledTopology], live: &Live, options:
     if live.bindings.is_none() {
         refuse_blind_moves(topologies, live, &mut steps);
     }
-    let wanted: BTreeSet<Key> = objects.iter().map(Object::key).collect();
+    let wanted: BTreeSet<Key> = objects.iter().map(|o| o.key()).collect();
     steps.extend(leftover::steps(topologies, live, &wanted, options.prune));
     let overrides = objects
         .iter()
@@ -273,7 +273,7 @@ fn overrides(q: &Queue, live: &LiveQueue) -> Vec<Override> {
     }
     let arguments = live.arguments.as_ref().unwrap_or(&q.arguments);
     let quorum = is_quorum(arguments);
-    policy::effective(quorum, arguments, live.policy.as_ref(), live.operator_policy.as_ref())
+    policy::effective(quorum, arguments, live.policy.as_deref(), live.operator_policy.as_deref())
         .into_iter()
         .filter(|(_, e)| e.source != Source::Argument)
         .filter_map(|(setting, e)| {
@@ -396,15 +396,19 @@ fn flag(d: &mut Vec<Difference>, property: Property, live: bool, spec: bool) {
 /// is a classic queue. hopper declares nothing auto-delete.
 pub fn queue_differences(q: &Queue, l: &LiveQueue, live: &Arguments) -> Vec<Difference> {
     let mut live = live.clone();
-    live.entry(arg::QUEUE_TYPE.into()).or_insert_with(|| ArgValue::str("classic"));
+    live.insert_if_absent(arg::QUEUE_TYPE, ArgValue::str("classic"));
     let mut d = Vec::new();
     flag(&mut d, Property::Durable, l.durable, q.durable);
     flag(&mut d, Property::AutoDelete, l.auto_delete, false);
-    let keys: BTreeSet<&String> = q.arguments.keys().chain(live.keys()).collect();
+    let keys: BTreeSet<&str> = q.arguments.keys().chain(live.keys()).collect();
     for key in keys {
         let (spec, live) = (q.arguments.get(key), live.get(key));
         if spec != live {
-            d.push(Difference { property: Property::Argument(key.clone()), live: live.cloned(), spec: spec.cloned() });
+            d.push(Difference {
+                property: Property::Argument(key.to_string()),
+                live: live.cloned(),
+                spec: spec.cloned(),
+            });
         }
     }
     d

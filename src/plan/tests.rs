@@ -1,6 +1,8 @@
 use super::*;
 use crate::compile::{GeneratedName, compile};
 use crate::live::LiveExchange;
+use std::sync::Arc;
+
 use crate::policy::AppliedPolicy;
 use crate::spec;
 
@@ -120,7 +122,7 @@ fn a_changed_argument_is_a_conflict_with_both_values_and_ways_out() {
     let c = compiled(ORDERS);
     let mut live = live_from(&c[0].objects);
     let q = live.queues.get_mut("orders").unwrap();
-    q.arguments.as_mut().unwrap().insert("x-delivery-limit".into(), ArgValue::Int(5));
+    q.arguments.as_mut().unwrap().insert("x-delivery-limit", ArgValue::Int(5));
     let p = plan("/", &[&c[0]], &live, &prune(false));
     let conflicts: Vec<_> = p.conflicts().collect();
     assert_eq!(conflicts.len(), 1);
@@ -157,11 +159,12 @@ fn a_policy_that_changes_what_the_spec_set_is_an_override() {
     let mut live = live_from(&c[0].objects);
     let cap =
         AppliedPolicy { name: "cap".into(), definition: [("message-ttl".to_string(), ArgValue::Int(1000))].into() };
-    live.queues.get_mut("orders.wait-5s").unwrap().operator_policy = Some(cap.clone());
+    live.queues.get_mut("orders.wait-5s").unwrap().operator_policy = Some(Arc::new(cap.clone()));
     let dlx = AppliedPolicy {
         name: "dlx".into(),
         definition: [("dead-letter-exchange".to_string(), ArgValue::Str("x".into()))].into(),
     };
+    let dlx = Arc::new(dlx);
     live.queues.get_mut("orders.dlq").unwrap().policy = Some(dlx.clone());
     // The argument wins for the dead-letter exchange: a policy on the main queue changes nothing.
     live.queues.get_mut("orders").unwrap().policy = Some(dlx);
@@ -189,7 +192,7 @@ fn a_policy_that_changes_what_the_spec_set_is_an_override() {
     );
     // A longer TTL than the spec's changes nothing: the smallest wins.
     live.queues.get_mut("orders.wait-5s").unwrap().operator_policy =
-        Some(AppliedPolicy { definition: [("message-ttl".to_string(), ArgValue::Int(60000))].into(), ..cap });
+        Some(Arc::new(AppliedPolicy { definition: [("message-ttl".to_string(), ArgValue::Int(60000))].into(), ..cap }));
     assert_eq!(plan("/", &[&c[0]], &live, &prune(false)).overrides.len(), 1);
 }
 

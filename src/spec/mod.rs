@@ -2,16 +2,19 @@
 //! reported at its file, line and column before anything reaches a broker.
 
 mod duration;
+mod files;
 mod parse;
 mod validate;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Serialize;
 
 pub use crate::diagnostic::{Diagnostic, FileId, Sources, SpecError};
 pub use duration::{format_duration, parse as parse_duration};
+pub use files::MAX_SPEC_BYTES;
+pub use validate::vhost_problem;
 
 use crate::model::{ExchangeName, QueueName};
 
@@ -117,12 +120,7 @@ pub enum LoadError {
 /// Reads files and directories of `*.toml` (sorted by name) into one validated spec.
 /// `vhost_override` replaces every file's `vhost`, as `--vhost` does.
 pub fn load(paths: &[PathBuf], vhost_override: Option<&str>) -> Result<Spec, LoadError> {
-    let mut sources = Sources::default();
-    for path in expand(paths)? {
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| LoadError::Io(format!("cannot read {}: {e}", path.display())))?;
-        sources.add(path, text);
-    }
+    let sources = files::read(paths)?;
     from_sources(sources, vhost_override).map_err(LoadError::Invalid)
 }
 
@@ -153,36 +151,6 @@ pub fn from_str(name: &str, text: &str) -> Result<Spec, SpecError> {
     let mut sources = Sources::default();
     sources.add(PathBuf::from(name), text.to_string());
     from_sources(sources, None)
-}
-
-fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, LoadError> {
-    let mut files = Vec::new();
-    for path in paths {
-        if path.is_dir() {
-            let mut found: Vec<PathBuf> = std::fs::read_dir(path)
-                .map_err(|e| LoadError::Io(format!("cannot read directory {}: {e}", path.display())))?
-                .filter_map(|entry| entry.ok().map(|e| e.path()))
-                .filter(|p| p.is_file() && p.extension().is_some_and(|ext| ext == "toml"))
-                .collect();
-            if found.is_empty() {
-                return Err(LoadError::Io(format!(
-                    "{} holds no *.toml files; give a spec file or a directory of them",
-                    path.display()
-                )));
-            }
-            found.sort();
-            files.extend(found);
-        } else if path.exists() {
-            files.push(path.clone());
-        } else {
-            return Err(LoadError::Io(format!("{}: no such file or directory", display(path))));
-        }
-    }
-    Ok(files)
-}
-
-fn display(path: &Path) -> String {
-    path.display().to_string()
 }
 
 impl Topology {

@@ -54,15 +54,17 @@ pub(super) struct Fields {
 }
 
 impl Fields {
-    /// The topology's own value where it has one, the default's otherwise.
+    /// The topology's own value where it has one, the default's otherwise. `delays` and
+    /// `backoff` are two ways to say one thing: a topology's own one replaces either default.
     fn or(self, defaults: &Fields) -> Fields {
+        let own_schedule = self.delays.is_some() || self.backoff.is_some();
         Fields {
             exchange: self.exchange.or_else(|| defaults.exchange.clone()),
             exchange_type: self.exchange_type.or_else(|| defaults.exchange_type.clone()),
             routing_keys: self.routing_keys.or_else(|| defaults.routing_keys.clone()),
-            delays: self.delays.or_else(|| defaults.delays.clone()),
+            delays: if own_schedule { self.delays } else { defaults.delays.clone() },
             max_attempts: self.max_attempts.or_else(|| defaults.max_attempts.clone()),
-            backoff: self.backoff.or_else(|| defaults.backoff.clone()),
+            backoff: if own_schedule { self.backoff } else { defaults.backoff.clone() },
             strategy: self.strategy.or_else(|| defaults.strategy.clone()),
             queue_type: self.queue_type.or_else(|| defaults.queue_type.clone()),
             queue: self.queue.or_else(|| defaults.queue.clone()),
@@ -81,8 +83,17 @@ pub(super) struct Draft {
     pub name: Loc<String>,
     pub vhost: Option<Loc<String>>,
     pub fields: Fields,
-    /// The delays come from `[defaults]`: a topology that does not retry may ignore them.
-    pub delays_inherited: bool,
+    /// Keys whose value comes from `[defaults]`.
+    pub inherited: Inherited,
+}
+
+/// Which keys a topology took from `[defaults]`: a default that does not fit a topology is
+/// reported at the topology, where it can be overridden.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Inherited {
+    pub delays: bool,
+    pub routing_keys: bool,
+    pub delivery_limit: bool,
 }
 
 /// Key, what its value must be, and an example to show in a hint.
@@ -150,6 +161,15 @@ pub(super) fn parse_file(file: FileId, text: &str, diags: &mut Vec<Diagnostic>) 
     let Some(topologies) = p.table("topology", topology, TOP_LEVEL_KEYS) else {
         return drafts;
     };
+    if topologies.is_empty() {
+        let key = root.get_key_value("topology").map_or(0..0, |(k, _)| k.span());
+        p.diags.push(
+            Diagnostic::new(file, key, "`[topology]` declares no topology")
+                .label("no [topology.NAME] under it")
+                .hint("declare each topology as a section of its own, such as [topology.orders]"),
+        );
+        return drafts;
+    }
     for (key, value) in topologies.iter() {
         let name = Loc { value: key.get_ref().to_string(), file, span: key.span() };
         let DeValue::Table(table) = value.get_ref() else {
@@ -161,8 +181,12 @@ pub(super) fn parse_file(file: FileId, text: &str, diags: &mut Vec<Diagnostic>) 
             continue;
         };
         let own = p.fields(table, &format!("[topology.{}]", name.value));
-        let delays_inherited = own.delays.is_none() && defaults.delays.is_some();
-        drafts.push(Draft { name, vhost: vhost.clone(), fields: own.or(&defaults), delays_inherited });
+        let inherited = Inherited {
+            delays: own.delays.is_none() && own.backoff.is_none() && defaults.delays.is_some(),
+            routing_keys: own.routing_keys.is_none() && defaults.routing_keys.is_some(),
+            delivery_limit: own.delivery_limit.is_none() && defaults.delivery_limit.is_some(),
+        };
+        drafts.push(Draft { name, vhost: vhost.clone(), fields: own.or(&defaults), inherited });
     }
     drafts
 }

@@ -13,6 +13,8 @@ use crate::model::{QueueName, Role};
 /// that a collision is reported where the user can fix it.
 struct Placed {
     topology: Topology,
+    /// Its queues and what each is for, once it is known to compile.
+    roles: Vec<(QueueName, Role)>,
     explicit_dead_letter_queue: bool,
     explicit_retry_exchange: bool,
     explicit_dead_letter_exchange: bool,
@@ -32,9 +34,9 @@ pub(super) fn validate(
     diags: &mut Vec<Diagnostic>,
 ) -> Vec<Topology> {
     let mut placed = Vec::new();
-    let mut origins: Vec<Loc<String>> = Vec::new();
+    let mut origins: BTreeMap<String, Loc<String>> = BTreeMap::new();
     for draft in drafts {
-        if let Some(first) = origins.iter().find(|o| o.value == draft.name.value) {
+        if let Some(first) = origins.get(&draft.name.value) {
             diags.push(
                 draft
                     .name
@@ -45,7 +47,7 @@ pub(super) fn validate(
             );
             continue;
         }
-        origins.push(draft.name.clone());
+        origins.insert(draft.name.value.clone(), draft.name.clone());
         let before = diags.len();
         let complete = draft.fields.invalid.is_empty();
         let p = topology(draft, vhost_override, sources, diags);
@@ -53,6 +55,8 @@ pub(super) fn validate(
         if !complete || diags.len() > before {
             continue;
         }
+        let mut p = p;
+        p.roles = roles(&p.topology);
         check_generated_names(&p, diags);
         if diags.len() == before {
             check_within(&p, diags);
@@ -129,6 +133,20 @@ fn topology(
     );
 
     let routing_keys = match (&f.routing_keys, exchange_type) {
+        // An explicit empty list is how a fanout topology overrides keys from [defaults].
+        (Some(keys), ExchangeType::Fanout) if keys.value.is_empty() => vec![String::new()],
+        (Some(keys), ExchangeType::Fanout) if draft.inherited.routing_keys => {
+            diags.push(
+                name.diag(format!(
+                    "topology `{}` has a fanout exchange, but inherits routing_keys from [defaults]",
+                    name.value
+                ))
+                .label("fanout topology")
+                .related(keys.file, keys.span.clone(), "inherited from here")
+                .hint("a fanout exchange takes no routing keys: set routing_keys = [] in this topology"),
+            );
+            vec![String::new()]
+        }
         (Some(keys), ExchangeType::Fanout) => {
             diags.push(
                 keys.diag("a fanout exchange ignores routing keys")
@@ -148,6 +166,13 @@ fn topology(
         }
         (Some(keys), _) => {
             for key in &keys.value {
+                if let Some(c) = key.value.chars().find(|c| c.is_control()) {
+                    diags.push(
+                        key.diag(format!("a routing key contains the control character U+{:04X}", c as u32))
+                            .label("control character")
+                            .hint("routing keys are printed in terminals and logs; use printable characters"),
+                    );
+                }
                 if key.value.len() > 255 {
                     diags.push(
                         key.diag(format!("a routing key is {} bytes long; RabbitMQ allows 255", key.value.len()))
@@ -200,7 +225,7 @@ fn topology(
     let hop_delays = if ["delays", "backoff", "max_attempts"].iter().any(|k| f.invalid.contains(k)) {
         Vec::new() // already reported
     } else {
-        hop_delays(name, &f.delays, &f.backoff, hops, draft.delays_inherited, diags)
+        hop_delays(name, &f.delays, &f.backoff, hops, draft.inherited.delays, diags)
     };
 
     // Names the user wrote are checked where they wrote them; names derived from the queue's
@@ -227,6 +252,18 @@ fn topology(
     let dead_letter_queue = derived(&f.dead_letter_queue, ".dlq");
 
     let delivery_limit = match (queue_type, &f.delivery_limit) {
+        (QueueType::Classic, Some(limit)) if draft.inherited.delivery_limit => {
+            diags.push(
+                name.diag(format!(
+                    "topology `{}` uses classic queues, but inherits delivery_limit from [defaults]",
+                    name.value
+                ))
+                .label("classic topology")
+                .related(limit.file, limit.span.clone(), "inherited from here")
+                .hint("classic queues have no delivery limit: move delivery_limit from [defaults] into the quorum topologies, or set queue_type = \"quorum\" in this one"),
+            );
+            None
+        }
         (QueueType::Classic, Some(limit)) => {
             diags.push(
                 limit
@@ -255,6 +292,14 @@ fn topology(
             diags.push(v.diag("`vhost` is empty").label("empty").hint("the default virtual host is vhost = \"/\""));
             String::new()
         }
+        (None, Some(v)) if v.value.len() > 255 || v.value.chars().any(char::is_control) => {
+            diags.push(
+                v.diag(vhost_problem(&v.value).unwrap_or_default())
+                    .label("not a usable vhost name")
+                    .hint("a vhost name is an AMQP short string: at most 255 bytes, printable characters"),
+            );
+            String::new()
+        }
         (None, Some(v)) => v.value.clone(),
         (None, None) => "/".to_string(),
     };
@@ -277,6 +322,7 @@ fn topology(
         file: sources.path(name.file).to_path_buf(),
     };
     Placed {
+        roles: Vec::new(),
         explicit_dead_letter_queue: f.dead_letter_queue.is_some(),
         explicit_retry_exchange: f.retry_exchange.is_some(),
         explicit_dead_letter_exchange: f.dead_letter_exchange.is_some(),
@@ -385,6 +431,20 @@ fn hop_delays(
     }
 }
 
+/// What is wrong with a vhost name RabbitMQ or a terminal cannot take, if anything.
+pub fn vhost_problem(vhost: &str) -> Option<String> {
+    if vhost.is_empty() {
+        Some("the vhost name is empty".into())
+    } else if vhost.len() > 255 {
+        Some(format!("the vhost name is {} bytes long; AMQP allows 255", vhost.len()))
+    } else {
+        vhost
+            .chars()
+            .find(|c| c.is_control())
+            .map(|c| format!("the vhost name contains the control character U+{:04X}", c as u32))
+    }
+}
+
 fn check_name(name: &Loc<String>, what: &str, diags: &mut Vec<Diagnostic>) {
     if name.value.is_empty() {
         diags.push(name.diag(format!("the {what} is empty")).label("empty name").hint("give it a name"));
@@ -393,6 +453,12 @@ fn check_name(name: &Loc<String>, what: &str, diags: &mut Vec<Diagnostic>) {
             name.diag(format!("the {what} is {} bytes long; RabbitMQ allows 255", name.value.len()))
                 .label("too long")
                 .hint("names are AMQP short strings; choose a shorter name"),
+        );
+    } else if let Some(c) = name.value.chars().find(|c| c.is_control()) {
+        diags.push(
+            name.diag(format!("the {what} contains the control character U+{:04X}", c as u32))
+                .label("control character")
+                .hint("names are printed in terminals and logs, where a control character can rewrite what is shown; use printable characters"),
         );
     } else if name.value.starts_with("amq.") {
         diags.push(
@@ -403,31 +469,26 @@ fn check_name(name: &Loc<String>, what: &str, diags: &mut Vec<Diagnostic>) {
     }
 }
 
-/// Generated names must fit too; a quorum queue's internal name also holds the vhost
-/// (`<vhost>_<name>`, with `/` written `%2F`). Reported once, at the name they derive from.
+/// Generated names must fit too: an AMQP short string, 255 bytes. Reported once, at the name
+/// they derive from. (A quorum queue's name plus its vhost may exceed 255 bytes: measured on
+/// RabbitMQ 3.10, 4.0 and 4.3, such queues declare and work.)
 fn check_generated_names(p: &Placed, diags: &mut Vec<Diagnostic>) {
     let t = &p.topology;
-    let vhost_len = if t.vhost == "/" { 3 } else { t.vhost.len() };
-    let queue_limit = match t.queue_type {
-        QueueType::Quorum => 255usize.saturating_sub(vhost_len + 1),
-        QueueType::Classic => 255,
-    };
-    let mut generated: Vec<(String, usize)> =
-        roles(t).into_iter().map(|(q, _)| (q.as_str().to_string(), queue_limit)).collect();
+    let mut generated: Vec<String> = p.roles.iter().map(|(q, _)| q.to_string()).collect();
     if !p.explicit_retry_exchange {
-        generated.push((t.retry_exchange.to_string(), 255));
+        generated.push(t.retry_exchange.to_string());
     }
     if !p.explicit_dead_letter_exchange {
-        generated.push((t.dead_letter_exchange.to_string(), 255));
+        generated.push(t.dead_letter_exchange.to_string());
     }
     let explicit_dlq = p.explicit_dead_letter_queue.then_some(t.dead_letter_queue.as_str());
-    for (name, limit) in generated {
-        if name.len() > limit && Some(name.as_str()) != explicit_dlq {
+    for name in generated {
+        if name.len() > 255 && Some(name.as_str()) != explicit_dlq {
             diags.push(
                 p.queue
-                    .diag(format!("the generated name `{name}` is {} bytes; at most {limit} fit here", name.len()))
+                    .diag(format!("the generated name `{name}` is {} bytes; RabbitMQ allows 255", name.len()))
                     .label("base of the generated name")
-                    .hint("shorten the queue name (a quorum queue's internal name is `<vhost>_<name>`, at most 255 bytes)"),
+                    .hint("shorten the queue name: every name hopper derives from it must fit in 255 bytes"),
             );
             return;
         }
@@ -452,7 +513,7 @@ fn roles(t: &Topology) -> Vec<(QueueName, Role)> {
 /// the main queue would send exhausted messages back into the retry path.
 fn check_within(p: &Placed, diags: &mut Vec<Diagnostic>) {
     let t = &p.topology;
-    let queues = roles(t);
+    let queues = &p.roles;
     if let Some((_, role)) = queues.iter().find(|(q, r)| *q == t.dead_letter_queue && *r != Role::DeadLetter) {
         diags.push(
             p.dead_letter_queue
@@ -489,7 +550,7 @@ fn check_collisions(placed: &[Placed], diags: &mut Vec<Diagnostic>) {
         let t = &p.topology;
         // Every queue this topology shares with an earlier one, reported once per pair.
         let mut shared: BTreeMap<usize, (Vec<String>, &Loc<String>, String)> = BTreeMap::new();
-        for (q, role) in roles(t) {
+        for (q, role) in p.roles.iter().cloned() {
             match queues.get(&(t.vhost.as_str(), q.clone())) {
                 Some(&other) if other != i => {
                     let here = if role == Role::DeadLetter { &p.dead_letter_queue } else { &p.queue };
