@@ -297,7 +297,7 @@ async fn get_one(channel: &Channel, queue: &str) -> lapin::message::BasicGetMess
 /// typed client leaves out fields these tests need (`messages_dlx`).
 fn management(broker: Broker, path: &str) -> Option<serde_json::Value> {
     use std::io::{Read, Write};
-    let base = broker.management.strip_prefix("http://").unwrap();
+    let base = broker.management().strip_prefix("http://").unwrap();
     let (authority, prefix) = base.split_once('/').unwrap();
     let mut stream = std::net::TcpStream::connect(authority).unwrap();
     stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
