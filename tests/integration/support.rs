@@ -130,15 +130,6 @@ macro_rules! on_broker {
 
 pub(crate) use {on_broker, on_every_broker};
 
-// Until every module uses `Broker` and `on_every_broker!`: the constants and the function they
-// used before.
-pub const RABBITMQ_3: Broker = Broker::RabbitMq3_10;
-pub const RABBITMQ_4: Broker = Broker::RabbitMq4_0;
-
-pub fn endpoint(broker: Broker) -> Endpoint {
-    broker.endpoint()
-}
-
 // ---------------------------------------------------------------------------------------------
 // Vhosts and the hopper binary
 // ---------------------------------------------------------------------------------------------
