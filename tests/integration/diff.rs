@@ -125,7 +125,8 @@ async fn queue_recreated_with_another_ttl(broker: Broker) {
     let out = vhost.hopper(&["diff", &spec]);
     assert_eq!(out.status.code(), Some(1));
     let stdout = support::text(&out.stdout);
-    let conflict = stdout.lines().find(|l| l.split_whitespace().any(|w| w == "conflict")).unwrap_or_else(|| panic!("{stdout}"));
+    let conflict =
+        stdout.lines().find(|l| l.split_whitespace().any(|w| w == "conflict")).unwrap_or_else(|| panic!("{stdout}"));
     let words: Vec<&str> = conflict.split_whitespace().collect();
     assert!(words.contains(&"queue") && words.contains(&"orders.wait-5s"), "{stdout}");
     let ttl = stdout.lines().find(|l| l.contains("x-message-ttl")).unwrap_or_else(|| panic!("{stdout}"));

@@ -84,7 +84,11 @@ fn hazards(findings: &Value) -> Vec<Hazard> {
             assert!(!f["message"].as_str().unwrap().is_empty() && !f["because"].as_str().unwrap().is_empty(), "{f:#}");
             assert!(f.get("objects").is_none(), "queues and exchanges, not objects: {f:#}");
             assert!(f.get("exchanges").is_none_or(|e| !e.as_array().unwrap().is_empty()), "absent when none: {f:#}");
-            Hazard { rule: f["rule"].as_str().unwrap().to_string(), queues: names(&f["queues"]), exchanges: names(&f["exchanges"]) }
+            Hazard {
+                rule: f["rule"].as_str().unwrap().to_string(),
+                queues: names(&f["queues"]),
+                exchanges: names(&f["exchanges"]),
+            }
         })
         .collect()
 }
@@ -482,7 +486,10 @@ async fn at_least_once_not_in_force(broker: Broker) {
 
     assert_reported(&vhost, hazard("at-least-once-not-in-force", &["lossy"], &[]));
     let (_, hazards) = inspect(&vhost);
-    assert_eq!(hazards_of(&hazards, "at-least-once-not-in-force"), [&hazard("at-least-once-not-in-force", &["lossy"], &[])]);
+    assert_eq!(
+        hazards_of(&hazards, "at-least-once-not-in-force"),
+        [&hazard("at-least-once-not-in-force", &["lossy"], &[])]
+    );
 }
 
 /// A dead-letter routing key without a dead-letter exchange: refused as an argument; set by a
@@ -825,7 +832,11 @@ struct Graph {
 }
 
 impl Graph {
-    fn new(vhosts: Vec<String>, ids: std::collections::BTreeMap<String, Node>, edges: Vec<(String, String, String, bool)>) -> Graph {
+    fn new(
+        vhosts: Vec<String>,
+        ids: std::collections::BTreeMap<String, Node>,
+        edges: Vec<(String, String, String, bool)>,
+    ) -> Graph {
         let node = |id: &str| ids.get(id).cloned().unwrap_or_else(|| panic!("an edge names node {id}, never declared"));
         let mut edges: Vec<Edge> = edges
             .into_iter()
@@ -869,7 +880,9 @@ fn parse_dot(dot: &str) -> Graph {
             let (shape, label) = attributes.split_once(", label=").unwrap();
             let label = dot_string(label).0;
             let node = match shape {
-                "box" => Node::Exchange(label.split_once('\n').unwrap_or_else(|| panic!("no type: {line}")).0.to_string()),
+                "box" => {
+                    Node::Exchange(label.split_once('\n').unwrap_or_else(|| panic!("no type: {line}")).0.to_string())
+                }
                 "ellipse" => Node::Queue(label),
                 other => panic!("shape {other}: {line}"),
             };
@@ -909,7 +922,9 @@ fn parse_mermaid(mermaid: &str) -> Graph {
         }
         if let Some(subgraph) = line.strip_prefix("subgraph ") {
             vhosts.push(mermaid_string(&subgraph[subgraph.find('"').unwrap()..]).0);
-        } else if let Some((from, rest)) = line.split_once(' ').filter(|(_, r)| r.starts_with("-- ") || r.starts_with("-. ")) {
+        } else if let Some((from, rest)) =
+            line.split_once(' ').filter(|(_, r)| r.starts_with("-- ") || r.starts_with("-. "))
+        {
             let dead_letter = rest.starts_with("-. ");
             let (label, rest) = mermaid_string(&rest[3..]);
             let to = rest.strip_prefix(if dead_letter { " .-> " } else { " --> " }).unwrap_or_else(|| panic!("{line}"));
@@ -974,7 +989,9 @@ fn graph_of_a_spec() {
     let _ = std::fs::remove_dir_all(&dir);
     let graph = read_graph("/", &dot, &mermaid);
     // An exchange and a queue may share a name: two nodes.
-    assert!(graph.nodes.contains(&Node::Exchange("orders".into())) && graph.nodes.contains(&Node::Queue("orders".into())));
+    assert!(
+        graph.nodes.contains(&Node::Exchange("orders".into())) && graph.nodes.contains(&Node::Queue("orders".into()))
+    );
     // The main exchange binds the main queue; the wait queue dead-letters back into it, the main
     // queue into the dead-letter queue (through the dlx, bound solid).
     assert_graph(&graph, ("orders", "orders", "orders"), ("orders.wait-1s", "orders"));
@@ -1017,13 +1034,19 @@ async fn default_delivery_limit(broker: Broker) {
     let (_, reports) = inspect_json(&vhost, &["--vhost", &vhost.name]);
     let (major, minor) = broker.version();
     let version = reports[0]["version"].as_str().unwrap_or_else(|| panic!("no version: {reports:#}"));
-    assert!(version.starts_with(&format!("{major}.{minor}.")), "inspect read version {version} of RabbitMQ {major}.{minor}");
+    assert!(
+        version.starts_with(&format!("{major}.{minor}.")),
+        "inspect read version {version} of RabbitMQ {major}.{minor}"
+    );
     if broker.major() >= 4 {
         assert_eq!(requeue(&ch, "work", 20).await, 20);
         // Still there after 20 returns (counted once the last return is applied).
         support::wait_for_count(&c, "work", 1, Duration::from_secs(5)).await;
         assert_eq!(requeue(&ch, "work", 1).await, 1);
-        assert!(ch.basic_get("work".into(), BasicGetOptions::default()).await.unwrap().is_none(), "dropped at the 21st");
+        assert!(
+            ch.basic_get("work".into(), BasicGetOptions::default()).await.unwrap().is_none(),
+            "dropped at the 21st"
+        );
         assert_eq!(support::count(&c, "work").await, Some(0));
         assert_reported(&vhost, hazard("delivery-limit-drops", &["work"], &[]));
         let message = finding(&vhost, "delivery-limit-drops")["message"].as_str().unwrap().to_string();

@@ -43,7 +43,8 @@ async fn lowering_max_attempts_keeps_what_still_receives(broker: Broker, queue_t
     // The TTL moves them on: every one arrives in the old attempt queue, none is dropped.
     support::wait_for_count(&admin, "orders.attempt-4", 3, Duration::from_secs(20)).await;
     let (_, report) = vhost.json(&["apply", "--prune", spec.to_str().unwrap()]);
-    let kept = support::one(support::steps(&report), &json!({"action": "extra", "queue": "orders.attempt-4", "messages": 3}));
+    let kept =
+        support::one(support::steps(&report), &json!({"action": "extra", "queue": "orders.attempt-4", "messages": 3}));
     let why = kept["kept_because"].as_str().unwrap();
     assert!(why.contains("the new contract no longer consumes"), "{kept:#}");
     // The drained wait queue goes, once the management API's lagging count agrees it is empty.
@@ -118,7 +119,11 @@ async fn foreign_queues_are_left_alone(broker: Broker) {
     let (code, report) = vhost.json(&["apply", "--prune", spec.to_str().unwrap()]);
     assert_eq!(code, Some(0));
     let actions = support::actions(&report);
-    assert_eq!(actions.keys().collect::<Vec<_>>(), ["in_sync"], "nothing of theirs is extra, unbound or deleted: {report:#}");
+    assert_eq!(
+        actions.keys().collect::<Vec<_>>(),
+        ["in_sync"],
+        "nothing of theirs is extra, unbound or deleted: {report:#}"
+    );
     support::publish(&admin, "orders", "order.created", &["m".to_string()]).await;
     for name in ["orders.attempt-log", "orders.wait-audit", "orders.wait-9s"] {
         support::wait_for_count(&admin, name, 1, Duration::from_secs(5)).await;
@@ -142,7 +147,10 @@ async fn blind_delay_change_is_refused(broker: Broker) {
     assert_eq!(code, Some(3), "{report:#}");
     assert_eq!(report["applied"], false);
     let conflict = support::one(support::steps(&report), &json!({"action": "conflict"}));
-    assert!(support::matches(conflict, &json!({"object": {"object": "queue", "name": "orders.wait-2s"}})), "{conflict:#}");
+    assert!(
+        support::matches(conflict, &json!({"object": {"object": "queue", "name": "orders.wait-2s"}})),
+        "{conflict:#}"
+    );
     let differences = conflict["differences"].as_array().unwrap();
     assert_eq!(differences.len(), 1, "{conflict:#}");
     assert_eq!(differences[0]["argument"], "binding of orders.retry with routing key 1");
@@ -192,7 +200,10 @@ async fn an_auto_delete_exchange_is_a_conflict(broker: Broker) {
     let (code, report) = vhost.json(&["apply", spec]);
     assert_eq!(code, Some(3));
     let conflict = support::one(support::steps(&report), &json!({"action": "conflict"}));
-    assert!(support::matches(conflict, &json!({"object": {"object": "exchange", "name": "orders.dlx"}})), "{conflict:#}");
+    assert!(
+        support::matches(conflict, &json!({"object": {"object": "exchange", "name": "orders.dlx"}})),
+        "{conflict:#}"
+    );
     assert_eq!(conflict["differences"], differences);
     support::one(&conflict["ways_out"], &json!({"command": delete}));
     support::none(&conflict["ways_out"], &json!({"spec": {}}));
@@ -200,7 +211,8 @@ async fn an_auto_delete_exchange_is_a_conflict(broker: Broker) {
 }
 
 on_every_broker!(
-    lowering_max_attempts_keeps_what_still_receives_classic = lowering_max_attempts_keeps_what_still_receives("classic"),
+    lowering_max_attempts_keeps_what_still_receives_classic =
+        lowering_max_attempts_keeps_what_still_receives("classic"),
     lowering_max_attempts_keeps_what_still_receives_quorum = lowering_max_attempts_keeps_what_still_receives("quorum"),
     dead_letters_in_transit_are_never_pruned,
     foreign_queues_are_left_alone,

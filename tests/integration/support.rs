@@ -217,7 +217,12 @@ pub fn hopper_json(broker: Option<Broker>, args: &[&str]) -> (Option<i32>, Value
     all.extend_from_slice(args);
     let out = hopper(broker, &all);
     let value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!("hopper {}: stdout is not JSON ({e}):\n{}\nstderr:\n{}", all.join(" "), text(&out.stdout), text(&out.stderr))
+        panic!(
+            "hopper {}: stdout is not JSON ({e}):\n{}\nstderr:\n{}",
+            all.join(" "),
+            text(&out.stdout),
+            text(&out.stderr)
+        )
     });
     (out.status.code(), value)
 }
@@ -351,7 +356,10 @@ pub async fn bind(channel: &Channel, queue: &str, exchange: &str, key: &str) {
 
 /// A binding with arguments (what a headers exchange matches on).
 pub async fn bind_with(channel: &Channel, queue: &str, exchange: &str, key: &str, arguments: FieldTable) {
-    channel.queue_bind(queue.into(), exchange.into(), key.into(), QueueBindOptions::default(), arguments).await.unwrap();
+    channel
+        .queue_bind(queue.into(), exchange.into(), key.into(), QueueBindOptions::default(), arguments)
+        .await
+        .unwrap();
 }
 
 // ---------------------------------------------------------------------------------------------
