@@ -1,11 +1,12 @@
 //! `hopper apply` against a real broker: idempotence, refused conflicts that change nothing, and
-//! the AMQP-only mode without the management API.
+//! the AMQP-only mode without the management API. Read from `--format json`, except for the one
+//! test that checks what a person reads when apply refuses.
 
-use lapin::BasicProperties;
-use lapin::options::{BasicPublishOptions, QueueDeclareOptions};
-use lapin::types::{AMQPValue, FieldTable};
+use std::time::Duration;
 
-use crate::support::{self, Broker, RABBITMQ_3, RABBITMQ_4, Vhost};
+use serde_json::{Value, json};
+
+use crate::support::{self, Arg::*, Broker, Vhost, args, on_every_broker};
 
 const ORDERS: &str = r#"
 [topology.orders]
@@ -15,113 +16,175 @@ delays = ["1s", "5s"]
 max_attempts = 3
 "#;
 
+const NO_API: &str = "http://127.0.0.1:1/api";
+
+/// `orders`, created by hand with another delivery limit, holding two messages.
+async fn orders_by_hand(vhost: &Vhost) -> lapin::Connection {
+    let admin = vhost.connect().await;
+    let channel = admin.create_channel().await.unwrap();
+    let by_hand = args(&[
+        ("x-queue-type", Str("quorum")),
+        ("x-dead-letter-exchange", Str("orders.dlx")),
+        ("x-dead-letter-routing-key", Str("orders.dlq")),
+        ("x-dead-letter-strategy", Str("at-least-once")),
+        ("x-overflow", Str("reject-publish")),
+        ("x-delivery-limit", Int(5)),
+    ]);
+    support::queue(&channel, "orders", by_hand).await;
+    support::publish(&admin, "", "orders", &["precious-1".to_string(), "precious-2".to_string()]).await;
+    support::wait_for_count(&admin, "orders", 2, Duration::from_secs(10)).await;
+    admin
+}
+
+/// The conflict on `orders` in an apply report that refused to change anything.
+fn refused_conflict(report: &Value, read_from: &str) -> Value {
+    assert_eq!((&report["dry_run"], &report["applied"]), (&json!(false), &json!(false)), "{report:#}");
+    assert_eq!(report["vhosts"][0]["read_from"], read_from);
+    let conflict = support::one(support::steps(report), &json!({"action": "conflict"}));
+    assert!(support::matches(conflict, &json!({"object": {"object": "queue", "name": "orders"}})), "{conflict:#}");
+    conflict.clone()
+}
+
 /// Someone created `orders` by hand with another delivery limit and it holds messages: apply
-/// refuses with the argument, both values and the ways out, and changes nothing at all.
+/// refuses, naming the argument and both values, offers the spec edit that matches the broker
+/// and the command to recreate the queue once drained, and changes nothing at all. Then what a
+/// person reads says the same.
 async fn conflict_changes_nothing(broker: Broker) {
     let vhost = Vhost::new(broker, "conflict").await;
     let spec = vhost.spec("orders.toml", ORDERS);
-    let admin = vhost.connect().await;
-    let channel = admin.create_channel().await.unwrap();
-    let mut args = FieldTable::default();
-    args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
-    args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("orders.dlx".into()));
-    args.insert("x-dead-letter-routing-key".into(), AMQPValue::LongString("orders.dlq".into()));
-    args.insert("x-dead-letter-strategy".into(), AMQPValue::LongString("at-least-once".into()));
-    args.insert("x-overflow".into(), AMQPValue::LongString("reject-publish".into()));
-    args.insert("x-delivery-limit".into(), AMQPValue::LongInt(5));
-    channel
-        .queue_declare("orders".into(), QueueDeclareOptions { durable: true, ..Default::default() }, args)
-        .await
-        .unwrap();
-    for _ in 0..2 {
-        channel
-            .basic_publish(
-                "".into(),
-                "orders".into(),
-                BasicPublishOptions::default(),
-                b"precious",
-                BasicProperties::default().with_delivery_mode(2),
-            )
-            .await
-            .unwrap();
-    }
-    support::wait_for_count(&admin, "orders", 2, std::time::Duration::from_secs(10)).await;
+    let spec = spec.to_str().unwrap();
+    let admin = orders_by_hand(&vhost).await;
 
-    for args in [
-        vec!["apply", spec.to_str().unwrap()],
-        vec!["apply", "--management-url", "http://127.0.0.1:1/api", spec.to_str().unwrap()],
-    ] {
-        let out = vhost.hopper(&args);
-        assert_eq!(out.status.code(), Some(3), "a conflict exits 3");
-        let stdout = support::text(&out.stdout);
-        assert!(stdout.contains("conflict  queue    orders"), "{stdout}");
-        assert!(stdout.contains("argument x-delivery-limit: the broker has 5, the spec wants 20"), "{stdout}");
-        assert!(stdout.contains("safe ways out"), "{stdout}");
-        assert!(stdout.contains("queue = \"orders-v2\""), "{stdout}");
-        assert!(stdout.contains("nothing was changed"), "{stdout}");
-        assert_eq!(support::count(&admin, "orders").await, Some(2), "the messages are still there");
-        assert_eq!(support::count(&admin, "orders.dlq").await, None, "nothing was created");
-    }
+    let (code, report) = vhost.json(&["apply", spec]);
+    assert_eq!(code, Some(3), "a conflict exits 3: {report:#}");
+    let conflict = refused_conflict(&report, "management_api");
+    assert_eq!(
+        conflict["differences"],
+        json!([{"argument": "x-delivery-limit", "live": 5, "spec": 20}]),
+        "the argument, with the broker's and the spec's values as numbers"
+    );
+    let ways_out = &conflict["ways_out"];
+    let edit = support::one(ways_out, &json!({"spec": {}}));
+    assert_eq!(
+        edit["spec"],
+        json!({"topology": "orders", "file": spec, "table": "[topology.orders]", "set": ["delivery_limit = 5"]}),
+        "the spec edit that matches the broker: {ways_out:#}"
+    );
+    // A quorum queue: RabbitMQ refuses `--if-empty` for it, so the check is the operator's.
+    let command = format!("rabbitmqctl delete_queue -p {} orders", vhost.name);
+    let recreate = support::one(ways_out, &json!({"command": command}));
+    let says = recreate["says"].as_str().unwrap();
+    assert!(says.contains("drain") && says.contains("holds 2 message(s)"), "{recreate:#}");
+    assert!(!ways_out.to_string().contains("orders-v2"), "no rename of a queue: {ways_out:#}");
+    assert_eq!(support::count(&admin, "orders").await, Some(2), "the messages are still there");
+    assert_eq!(support::count(&admin, "orders.dlq").await, None, "nothing was created");
+
+    // What a person reads: the argument with both values, the ways out, and that nothing changed.
+    let out = vhost.hopper(&["apply", spec]);
+    assert_eq!(out.status.code(), Some(3));
+    let stdout = support::text(&out.stdout);
+    let line = |word: &str| {
+        let mut lines = stdout.lines().filter(|l| l.split_whitespace().any(|w| w.trim_end_matches(':') == word));
+        lines.next().unwrap_or_else(|| panic!("no line says {word}: {stdout}"))
+    };
+    let conflict: Vec<&str> = line("conflict").split_whitespace().collect();
+    assert!(conflict.contains(&"queue") && conflict.contains(&"orders:"), "{stdout}");
+    let argument = line("x-delivery-limit");
+    assert!(argument.contains("broker has 5") && argument.contains("spec wants 20"), "{argument}");
+    assert!(stdout.contains(&format!("in {spec}, [topology.orders]")), "where to paste: {stdout}");
+    assert!(stdout.lines().any(|l| l.trim() == "delivery_limit = 5"), "what to paste: {stdout}");
+    assert!(stdout.lines().any(|l| l.trim() == format!("$ {command}")), "the command: {stdout}");
+    assert!(stdout.contains("nothing was changed"), "{stdout}");
+    assert_eq!(support::count(&admin, "orders").await, Some(2));
+    assert_eq!(support::count(&admin, "orders.dlq").await, None);
 }
 
-#[tokio::test]
-async fn conflict_changes_nothing_on_rabbitmq_3() {
-    conflict_changes_nothing(RABBITMQ_3).await;
-}
+/// The same conflict without the management API: the broker's refusal of the declaration names
+/// the argument and its value, and apply refuses as it does with the API, changing nothing. The
+/// command it offers must be one RabbitMQ accepts for this quorum queue.
+async fn conflict_without_the_management_api_changes_nothing(broker: Broker) {
+    let vhost = Vhost::new(broker, "conflict-amqp").await;
+    let spec = vhost.spec("orders.toml", ORDERS);
+    let spec = spec.to_str().unwrap();
+    let admin = orders_by_hand(&vhost).await;
 
-#[tokio::test]
-async fn conflict_changes_nothing_on_rabbitmq_4() {
-    conflict_changes_nothing(RABBITMQ_4).await;
+    let (code, report) = vhost.json(&["apply", "--management-url", NO_API, spec]);
+    assert_eq!(code, Some(3), "a conflict exits 3: {report:#}");
+    let conflict = refused_conflict(&report, "amqp");
+    assert_eq!(support::count(&admin, "orders").await, Some(2), "the messages are still there");
+    assert_eq!(support::count(&admin, "orders.dlq").await, None, "nothing was created");
+    let ways_out = &conflict["ways_out"];
+    let command = format!("rabbitmqctl delete_queue -p {} orders", vhost.name);
+    let recreate = support::one(ways_out, &json!({"command": command}));
+    assert!(recreate["says"].as_str().unwrap().contains("holds 2 message(s)"), "{recreate:#}");
+    assert_eq!(
+        conflict["differences"],
+        json!([{"argument": "x-delivery-limit", "live": 5, "spec": 20}]),
+        "typed as with the management API"
+    );
 }
 
 /// Without the management API, apply still converges over AMQP and a second run finds every
-/// queue and exchange in place.
+/// queue and exchange in place; the management API then sees exactly what the spec wants.
 async fn amqp_only(broker: Broker) {
     let vhost = Vhost::new(broker, "amqp-only").await;
     let spec = vhost.spec("orders.toml", ORDERS);
-    let no_api = ["apply", "--management-url", "http://127.0.0.1:1/api", spec.to_str().unwrap()];
-    let out = vhost.hopper(&no_api);
-    assert_eq!(out.status.code(), Some(0));
-    let stdout = support::text(&out.stdout);
-    assert!(stdout.contains("read through amqp"), "{stdout}");
-    assert!(stdout.contains("management API at http://127.0.0.1:1/api is unreachable"), "{stdout}");
+    let no_api = ["apply", "--management-url", NO_API, spec.to_str().unwrap()];
+    let (code, report) = vhost.json(&no_api);
+    assert_eq!(code, Some(0), "{report:#}");
+    assert_eq!(report["applied"], true);
+    let v = &report["vhosts"][0];
+    assert_eq!(v["read_from"], "amqp");
+    let note = v["note"].as_str().unwrap();
+    assert!(note.contains(&format!("management API at {NO_API} is unreachable")), "{note}");
+    // Exchanges and queues are created; bindings cannot be read over AMQP, and are declared.
+    assert_eq!(support::actions(&report), [("create".to_string(), 7), ("ensure".to_string(), 4)].into(), "{report:#}");
+    support::none(support::steps(&report), &json!({"action": "ensure", "object": {"object": "queue"}}));
     let admin = vhost.connect().await;
     assert_eq!(support::count(&admin, "orders.wait-5s").await, Some(0));
-    let again = support::text(&vhost.hopper(&no_api).stdout);
-    assert!(!again.contains("+ create"), "second run creates nothing: {again}");
-    // And the management API then sees exactly what the spec wants.
-    let out = vhost.hopper(&["apply", "--dry-run", spec.to_str().unwrap()]);
-    let stdout = support::text(&out.stdout);
-    assert!(stdout.contains("Dry run: nothing was changed. Plan: 11 in sync."), "{stdout}");
-}
 
-#[tokio::test]
-async fn amqp_only_on_rabbitmq_3() {
-    amqp_only(RABBITMQ_3).await;
-}
+    let (code, again) = vhost.json(&no_api);
+    assert_eq!(code, Some(0));
+    // Exchanges and queues are found in place; bindings are declared again.
+    assert_eq!(support::actions(&again), [("ensure".to_string(), 4), ("in_sync".to_string(), 7)].into(), "{again:#}");
+    support::none(support::steps(&again), &json!({"action": "ensure", "object": {"object": "queue"}}));
+    support::none(support::steps(&again), &json!({"action": "ensure", "object": {"object": "exchange"}}));
 
-#[tokio::test]
-async fn amqp_only_on_rabbitmq_4() {
-    amqp_only(RABBITMQ_4).await;
+    let (code, report) = vhost.json(&["apply", "--dry-run", spec.to_str().unwrap()]);
+    assert_eq!(code, Some(0));
+    assert_eq!((&report["dry_run"], &report["applied"]), (&json!(true), &json!(false)));
+    assert_eq!(report["vhosts"][0]["read_from"], "management_api");
+    assert_eq!(support::actions(&report), [("in_sync".to_string(), 11)].into(), "{report:#}");
 }
 
 /// `--dry-run` shows the plan and creates nothing.
-#[tokio::test]
-async fn dry_run_changes_nothing() {
-    let vhost = Vhost::new(RABBITMQ_3, "dry-run").await;
+async fn dry_run_changes_nothing(broker: Broker) {
+    let vhost = Vhost::new(broker, "dry-run").await;
     let spec = vhost.spec("orders.toml", ORDERS);
-    let out = vhost.hopper(&["apply", "--dry-run", spec.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(0));
-    assert!(support::text(&out.stdout).contains("+ create    queue    orders.dlq"));
+    let (code, report) = vhost.json(&["apply", "--dry-run", spec.to_str().unwrap()]);
+    assert_eq!(code, Some(0));
+    assert_eq!((&report["dry_run"], &report["applied"]), (&json!(true), &json!(false)));
+    assert_eq!(support::actions(&report), [("create".to_string(), 11)].into(), "{report:#}");
+    support::one(
+        support::steps(&report),
+        &json!({"action": "create", "object": {"object": "queue", "name": "orders.dlq"}}),
+    );
     assert_eq!(support::count(&vhost.connect().await, "orders.dlq").await, None);
 }
 
-/// A vhost that does not exist is an error with a way out, exit 2.
-#[tokio::test]
-async fn missing_vhost_is_a_clear_error() {
-    let vhost = Vhost::new(RABBITMQ_3, "missing").await;
+/// A vhost that does not exist is an error naming it, exit 2.
+async fn missing_vhost_is_a_clear_error(broker: Broker) {
+    let vhost = Vhost::new(broker, "missing").await;
     let spec = vhost.spec("orders.toml", ORDERS);
     let out = vhost.hopper(&["apply", "--vhost", "no-such-vhost-for-hopper", spec.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     assert!(support::text(&out.stderr).contains("no-such-vhost-for-hopper"));
 }
+
+on_every_broker!(
+    conflict_changes_nothing,
+    conflict_without_the_management_api_changes_nothing,
+    amqp_only,
+    dry_run_changes_nothing,
+    missing_vhost_is_a_clear_error,
+);

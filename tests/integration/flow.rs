@@ -10,7 +10,9 @@ use lapin::options::{QueueBindOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
 
 use crate::retry_consumer::{self, Contract, Handler, Outcome};
-use crate::support::{self, Broker, RABBITMQ_3, RABBITMQ_4, Vhost};
+use serde_json::json;
+
+use crate::support::{self, Broker, Vhost, on_every_broker};
 
 /// One delivery as the consumer saw it.
 #[derive(Debug, Clone)]
@@ -74,9 +76,10 @@ async fn every_hop(broker: Broker, strategy: &str, queue_type: &str) {
     );
     let out = vhost.hopper(&["apply", spec.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0));
-    let again = vhost.hopper(&["apply", spec.to_str().unwrap()]);
-    assert_eq!(again.status.code(), Some(0));
-    assert!(support::text(&again.stdout).contains("No changes"), "a second apply must change nothing");
+    let (code, again) = vhost.json(&["apply", spec.to_str().unwrap()]);
+    assert_eq!(code, Some(0));
+    let actions = support::actions(&again);
+    assert_eq!(actions.keys().collect::<Vec<_>>(), ["in_sync"], "a second apply must change nothing: {again:#}");
 
     // Another application's queue on the main exchange: it must see each message once, never a retry.
     let admin = vhost.connect().await;
@@ -185,46 +188,6 @@ async fn every_hop(broker: Broker, strategy: &str, queue_type: &str) {
     }
 }
 
-#[tokio::test]
-async fn republish_quorum_on_rabbitmq_3() {
-    every_hop(RABBITMQ_3, "republish", "quorum").await;
-}
-
-#[tokio::test]
-async fn republish_classic_on_rabbitmq_3() {
-    every_hop(RABBITMQ_3, "republish", "classic").await;
-}
-
-#[tokio::test]
-async fn chain_quorum_on_rabbitmq_3() {
-    every_hop(RABBITMQ_3, "chain", "quorum").await;
-}
-
-#[tokio::test]
-async fn chain_classic_on_rabbitmq_3() {
-    every_hop(RABBITMQ_3, "chain", "classic").await;
-}
-
-#[tokio::test]
-async fn republish_quorum_on_rabbitmq_4() {
-    every_hop(RABBITMQ_4, "republish", "quorum").await;
-}
-
-#[tokio::test]
-async fn republish_classic_on_rabbitmq_4() {
-    every_hop(RABBITMQ_4, "republish", "classic").await;
-}
-
-#[tokio::test]
-async fn chain_quorum_on_rabbitmq_4() {
-    every_hop(RABBITMQ_4, "chain", "quorum").await;
-}
-
-#[tokio::test]
-async fn chain_classic_on_rabbitmq_4() {
-    every_hop(RABBITMQ_4, "chain", "classic").await;
-}
-
 /// Messages wait in the 5s wait queue while `apply` changes the delay to 1s: the old queue is
 /// kept, still dead-letters into the main queue, and every waiting message is delivered.
 async fn delay_change(broker: Broker, strategy: &str) {
@@ -249,15 +212,21 @@ async fn delay_change(broker: Broker, strategy: &str) {
     assert!(log.lock().unwrap().values().all(|s| s.len() == 1));
 
     let spec = vhost.spec("orders.toml", &topology("1s"));
-    let out = vhost.hopper(&["apply", "--prune", spec.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(0));
-    let stdout = support::text(&out.stdout);
-    assert!(stdout.contains(&format!("create    queue    {new_wait}")), "{stdout}");
-    assert!(stdout.contains(&format!("unbind    binding  orders.retry -> {old_wait}")), "{stdout}");
-    assert!(
-        stdout.contains(&format!("extra     queue    {old_wait}  (5 message(s)")),
-        "kept while it holds messages: {stdout}"
+    let (code, report) = vhost.json(&["apply", "--prune", spec.to_str().unwrap()]);
+    assert_eq!(code, Some(0));
+    let steps = support::steps(&report);
+    support::one(steps, &json!({"action": "create", "object": {"object": "queue", "name": new_wait}}));
+    support::one(
+        steps,
+        &json!({"action": "create", "object": {"object": "binding", "source": "orders.retry", "destination": new_wait, "routing_key": "1"}}),
     );
+    support::one(
+        steps,
+        &json!({"action": "unbind", "binding": {"source": "orders.retry", "destination_type": "queue", "destination": old_wait, "routing_key": "1"}}),
+    );
+    // Kept while it holds messages.
+    support::one(steps, &json!({"action": "extra", "queue": old_wait, "messages": 5}));
+    support::none(steps, &json!({"action": "delete"}));
     assert_eq!(support::count(&admin, old_wait).await, Some(5), "apply did not touch the waiting messages");
 
     // A message failing now goes through the new wait queue; the waiting ones still arrive.
@@ -291,31 +260,23 @@ async fn delay_change(broker: Broker, strategy: &str) {
     // Empty now: pruned, once the management API's lagging count agrees (hopper keeps a queue
     // while either count says it holds messages).
     let start = Instant::now();
-    let mut said = String::new();
+    let mut deleted = Vec::new();
     while support::count(&admin, old_wait).await.is_some() {
         assert!(start.elapsed() < Duration::from_secs(30), "{old_wait} was never pruned");
-        said.push_str(&support::text(&vhost.hopper(&["apply", "--prune", spec.to_str().unwrap()]).stdout));
+        let (code, report) = vhost.json(&["apply", "--prune", spec.to_str().unwrap()]);
+        assert_eq!(code, Some(0), "{report:#}");
+        deleted.extend(support::all(support::steps(&report), &json!({"action": "delete"})).into_iter().cloned());
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    assert!(said.contains(&format!("delete    queue    {old_wait}  (empty and unused)")), "{said}");
+    assert_eq!(deleted.len(), 1, "{deleted:#?}");
+    assert_eq!(deleted[0]["queue"], old_wait, "{deleted:#?}");
 }
 
-#[tokio::test]
-async fn delay_change_republish_on_rabbitmq_3() {
-    delay_change(RABBITMQ_3, "republish").await;
-}
-
-#[tokio::test]
-async fn delay_change_chain_on_rabbitmq_3() {
-    delay_change(RABBITMQ_3, "chain").await;
-}
-
-#[tokio::test]
-async fn delay_change_republish_on_rabbitmq_4() {
-    delay_change(RABBITMQ_4, "republish").await;
-}
-
-#[tokio::test]
-async fn delay_change_chain_on_rabbitmq_4() {
-    delay_change(RABBITMQ_4, "chain").await;
-}
+on_every_broker!(
+    republish_quorum = every_hop("republish", "quorum"),
+    republish_classic = every_hop("republish", "classic"),
+    chain_quorum = every_hop("chain", "quorum"),
+    chain_classic = every_hop("chain", "classic"),
+    delay_change_republish = delay_change("republish"),
+    delay_change_chain = delay_change("chain"),
+);

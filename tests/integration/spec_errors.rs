@@ -2,7 +2,7 @@
 //! where it was written, with a hint on how to fix it, and before anything reaches a broker.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use hopper::spec::{self, Diagnostic, Sources, SpecError};
@@ -725,15 +725,9 @@ impl Drop for Temp {
     }
 }
 
+/// Runs hopper with no broker in its environment, on `spec`.
 fn hopper(args: &[&str], spec: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hopper"))
-        .args(args)
-        .arg(spec)
-        .env_remove("HOPPER_AMQP_URL")
-        .env_remove("HOPPER_MANAGEMENT_URL")
-        .env("NO_COLOR", "1")
-        .output()
-        .expect("run hopper")
+    crate::support::hopper(None, &[args, &[spec.to_str().unwrap()]].concat())
 }
 
 const BAD: &str = "[topology.orders]\ndelays = [\"5s\"]\nqueue_type = \"stream\"\n";

@@ -1,36 +1,150 @@
-//! Brokers, throw-away vhosts, the hopper binary, and AMQP helpers for the tests.
+//! What every test module shares: the brokers of the test matrix and the macro that runs a test
+//! on each, throw-away vhosts, running the hopper binary (and reading its JSON), matching JSON,
+//! and AMQP helpers to declare, publish (confirmed) and count.
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use hopper::broker::{Endpoint, http};
-use lapin::options::{BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
-use lapin::types::FieldTable;
-use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+use lapin::options::{
+    BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions,
+    QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
+use serde_json::Value;
 
-/// A broker of the test matrix. `.ci/brokers.sh` starts both.
-#[derive(Debug, Clone, Copy)]
-pub struct Broker {
-    pub amqp: &'static str,
-    pub management: &'static str,
+// ---------------------------------------------------------------------------------------------
+// Brokers
+// ---------------------------------------------------------------------------------------------
+
+/// A slot of the test matrix: one RabbitMQ version, started by `.ci/brokers.sh`. Its URLs come
+/// from `HOPPER_TEST_AMQP_URL_<slot>` and `HOPPER_TEST_MANAGEMENT_URL_<slot>` (slot `3_10`,
+/// `4_0`, `4_3`), defaulting to the ports brokers.sh uses on 127.0.0.1 with guest/guest.
+///
+/// Which slots the per-broker tests run on is the list in `on_every_broker!`, not this enum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Broker {
+    RabbitMq3_10,
+    RabbitMq4_0,
+    /// Started by brokers.sh, not in the matrix yet.
+    #[allow(dead_code)]
+    RabbitMq4_3,
 }
 
-pub const RABBITMQ_3: Broker =
-    Broker { amqp: "amqp://guest:guest@127.0.0.1:5672", management: "http://127.0.0.1:15672/api" };
-pub const RABBITMQ_4: Broker =
-    Broker { amqp: "amqp://guest:guest@127.0.0.1:5673", management: "http://127.0.0.1:15673/api" };
+impl Broker {
+    const ALL: [Broker; 3] = [Broker::RabbitMq3_10, Broker::RabbitMq4_0, Broker::RabbitMq4_3];
+
+    /// (environment variable suffix, default AMQP port, default management port)
+    fn slot(self) -> (&'static str, u16, u16) {
+        match self {
+            Broker::RabbitMq3_10 => ("3_10", 5672, 15672),
+            Broker::RabbitMq4_0 => ("4_0", 5673, 15673),
+            Broker::RabbitMq4_3 => ("4_3", 5674, 15674),
+        }
+    }
+
+    /// The RabbitMQ version the slot runs, as (major, minor).
+    pub fn version(self) -> (u32, u32) {
+        match self {
+            Broker::RabbitMq3_10 => (3, 10),
+            Broker::RabbitMq4_0 => (4, 0),
+            Broker::RabbitMq4_3 => (4, 3),
+        }
+    }
+
+    /// For tests whose expectation depends on the version: `if broker.major() >= 4 { ... }`.
+    pub fn major(self) -> u32 {
+        self.version().0
+    }
+
+    fn urls(self) -> &'static (String, String) {
+        static URLS: [OnceLock<(String, String)>; 3] = [const { OnceLock::new() }; 3];
+        let index = Broker::ALL.iter().position(|b| *b == self).unwrap();
+        URLS[index].get_or_init(|| {
+            let (suffix, amqp, management) = self.slot();
+            let var = |name: &str, default: String| std::env::var(format!("{name}_{suffix}")).unwrap_or(default);
+            (
+                var("HOPPER_TEST_AMQP_URL", format!("amqp://guest:guest@127.0.0.1:{amqp}")),
+                var("HOPPER_TEST_MANAGEMENT_URL", format!("http://127.0.0.1:{management}/api")),
+            )
+        })
+    }
+
+    /// The AMQP URL, with credentials and without a vhost.
+    pub fn amqp(self) -> &'static str {
+        &self.urls().0
+    }
+
+    /// The management API's base URL, ending in `/api`.
+    pub fn management(self) -> &'static str {
+        &self.urls().1
+    }
+
+    pub fn endpoint(self) -> Endpoint {
+        Endpoint::new(self.amqp(), Some(self.management())).unwrap()
+    }
+}
+
+/// Defines, for each listed test, one `#[tokio::test]` per broker of the matrix, in a module
+/// named after the slot (`rabbitmq_3_10::in_sync_is_quiet`). `name` calls `name(broker)`;
+/// `name = f(args...)` calls `f(broker, args...)`:
+///
+/// ```ignore
+/// on_every_broker!(in_sync_is_quiet, chain_quorum = every_hop("chain", "quorum"));
+/// ```
+///
+/// The matrix is this list, one line per slot: RabbitMQ 4.3 joins it with
+/// `$crate::support::on_broker!(rabbitmq_4_3, RabbitMq4_3, $($tests)*);`.
+macro_rules! on_every_broker {
+    ($($tests:tt)*) => {
+        $crate::support::on_broker!(rabbitmq_3_10, RabbitMq3_10, $($tests)*);
+        $crate::support::on_broker!(rabbitmq_4_0, RabbitMq4_0, $($tests)*);
+    };
+}
+
+/// One slot of `on_every_broker!`.
+macro_rules! on_broker {
+    (@call $broker:expr, $name:ident) => {
+        super::$name($broker).await
+    };
+    (@call $broker:expr, $name:ident, $f:ident($($arg:expr),*)) => {
+        super::$f($broker, $($arg),*).await
+    };
+    ($module:ident, $slot:ident, $($name:ident $(= $f:ident($($arg:expr),* $(,)?))?),* $(,)?) => {
+        mod $module {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    $crate::support::on_broker!(
+                        @call $crate::support::Broker::$slot, $name $(, $f($($arg),*))?
+                    )
+                }
+            )*
+        }
+    };
+}
+
+pub(crate) use {on_broker, on_every_broker};
+
+// ---------------------------------------------------------------------------------------------
+// Vhosts and the hopper binary
+// ---------------------------------------------------------------------------------------------
 
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
 
-fn unique(prefix: &str) -> String {
+/// A name no other test (or earlier run) uses.
+pub fn unique(prefix: &str) -> String {
     let n = COUNTER.fetch_add(1, Ordering::SeqCst);
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
     format!("{prefix}-{}-{n}-{nanos}", std::process::id())
 }
 
-/// A vhost of its own, deleted on drop (even when the test fails).
+/// A vhost of its own, with a directory for its spec files; both removed on drop (even when the
+/// test fails).
 pub struct Vhost {
     pub broker: Broker,
     pub name: String,
@@ -40,7 +154,7 @@ pub struct Vhost {
 impl Vhost {
     pub async fn new(broker: Broker, test: &str) -> Vhost {
         let name = unique(&format!("hopper-test-{test}"));
-        http::create_vhost(&endpoint(broker), &name).await.expect("create the test vhost");
+        http::create_vhost(&broker.endpoint(), &name).await.expect("create the test vhost");
         let dir = std::env::temp_dir().join(&name);
         std::fs::create_dir_all(&dir).unwrap();
         Vhost { broker, name, dir }
@@ -53,21 +167,18 @@ impl Vhost {
         path
     }
 
-    /// Runs the hopper binary against this broker.
+    /// Runs the hopper binary against this vhost's broker.
     pub fn hopper(&self, args: &[&str]) -> Output {
-        let out = Command::new(env!("CARGO_BIN_EXE_hopper"))
-            .args(args)
-            .env("HOPPER_AMQP_URL", self.broker.amqp)
-            .env("HOPPER_MANAGEMENT_URL", self.broker.management)
-            .env("NO_COLOR", "1")
-            .output()
-            .unwrap();
-        eprintln!("$ hopper {}\n{}{}", args.join(" "), text(&out.stdout), text(&out.stderr));
-        out
+        hopper(Some(self.broker), args)
+    }
+
+    /// Runs `hopper --format json ARGS` against this vhost's broker: (exit code, the JSON).
+    pub fn json(&self, args: &[&str]) -> (Option<i32>, Value) {
+        hopper_json(Some(self.broker), args)
     }
 
     pub async fn connect(&self) -> Connection {
-        let url = format!("{}/{}", self.broker.amqp, urlencode(&self.name));
+        let url = format!("{}/{}", self.broker.amqp(), urlencode(&self.name));
         Connection::connect(&url, ConnectionProperties::default()).await.expect("AMQP connection to the test vhost")
     }
 }
@@ -78,14 +189,42 @@ impl Drop for Vhost {
         let _ = std::fs::remove_dir_all(&self.dir);
         // Drop may run inside the test's runtime, which must not be blocked on: use a thread.
         let _ = std::thread::spawn(move || {
-            tokio::runtime::Runtime::new().unwrap().block_on(http::delete_vhost(&endpoint(broker), &name))
+            tokio::runtime::Runtime::new().unwrap().block_on(http::delete_vhost(&broker.endpoint(), &name))
         })
         .join();
     }
 }
 
-pub fn endpoint(broker: Broker) -> Endpoint {
-    Endpoint::new(broker.amqp, Some(broker.management)).unwrap()
+/// Runs the hopper binary, pointed at `broker`; without one, with no broker URL in its
+/// environment at all (anything it contacted would be a default it guessed). Prints what it
+/// said, for a failing test's output.
+pub fn hopper(broker: Option<Broker>, args: &[&str]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_hopper"));
+    command.args(args).env("NO_COLOR", "1");
+    match broker {
+        Some(b) => command.env("HOPPER_AMQP_URL", b.amqp()).env("HOPPER_MANAGEMENT_URL", b.management()),
+        None => command.env_remove("HOPPER_AMQP_URL").env_remove("HOPPER_MANAGEMENT_URL"),
+    };
+    let out = command.output().expect("run hopper");
+    eprintln!("$ hopper {}\n{}{}", args.join(" "), text(&out.stdout), text(&out.stderr));
+    out
+}
+
+/// Runs `hopper --format json ARGS`: (exit code, stdout parsed as JSON). Panics, showing both
+/// streams, when stdout is not JSON.
+pub fn hopper_json(broker: Option<Broker>, args: &[&str]) -> (Option<i32>, Value) {
+    let mut all = vec!["--format", "json"];
+    all.extend_from_slice(args);
+    let out = hopper(broker, &all);
+    let value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "hopper {}: stdout is not JSON ({e}):\n{}\nstderr:\n{}",
+            all.join(" "),
+            text(&out.stdout),
+            text(&out.stderr)
+        )
+    });
+    (out.status.code(), value)
 }
 
 pub fn urlencode(s: &str) -> String {
@@ -103,6 +242,129 @@ pub fn urlencode(s: &str) -> String {
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
+
+// ---------------------------------------------------------------------------------------------
+// JSON
+// ---------------------------------------------------------------------------------------------
+
+/// Whether `value` has everything `pattern` has: objects match when each key of the pattern
+/// matches (other keys are ignored), arrays and scalars only when equal. `{"name": "orders"}`
+/// matches a queue named `orders`, whatever else it says about it.
+pub fn matches(value: &Value, pattern: &Value) -> bool {
+    match (value, pattern) {
+        (Value::Object(v), Value::Object(p)) => p.iter().all(|(k, pv)| v.get(k).is_some_and(|vv| matches(vv, pv))),
+        _ => value == pattern,
+    }
+}
+
+/// The items of a JSON array that match `pattern`.
+#[track_caller]
+pub fn all<'a>(items: &'a Value, pattern: &Value) -> Vec<&'a Value> {
+    let items = items.as_array().unwrap_or_else(|| panic!("not an array: {items:#}"));
+    items.iter().filter(|i| matches(i, pattern)).collect()
+}
+
+/// The one item of a JSON array that matches `pattern`; panics, showing the array, unless
+/// there is exactly one.
+#[track_caller]
+pub fn one<'a>(items: &'a Value, pattern: &Value) -> &'a Value {
+    match all(items, pattern).as_slice() {
+        [one] => one,
+        found => panic!("{} items match {pattern:#} (expected one) in:\n{items:#}", found.len()),
+    }
+}
+
+/// Panics, showing the array, if an item matches `pattern`.
+#[track_caller]
+pub fn none(items: &Value, pattern: &Value) {
+    let found = all(items, pattern);
+    assert!(found.is_empty(), "expected nothing to match {pattern:#}, found {found:#?}");
+}
+
+/// The steps of `apply --format json` in its only vhost.
+#[track_caller]
+pub fn steps(report: &Value) -> &Value {
+    let vhosts = report["vhosts"].as_array().unwrap_or_else(|| panic!("no vhosts in {report:#}"));
+    assert_eq!(vhosts.len(), 1, "one vhost: {report:#}");
+    &vhosts[0]["steps"]
+}
+
+/// How many steps of each action `apply --format json` planned, over all vhosts.
+pub fn actions(report: &Value) -> std::collections::BTreeMap<String, usize> {
+    let mut counts = std::collections::BTreeMap::new();
+    for v in report["vhosts"].as_array().unwrap() {
+        for s in v["steps"].as_array().unwrap() {
+            *counts.entry(s["action"].as_str().unwrap().to_string()).or_default() += 1;
+        }
+    }
+    counts
+}
+
+/// The entries of `diff --format json` in its only vhost.
+#[track_caller]
+pub fn objects(report: &Value) -> &Value {
+    let vhosts = report["vhosts"].as_array().unwrap_or_else(|| panic!("no vhosts in {report:#}"));
+    assert_eq!(vhosts.len(), 1, "one vhost: {report:#}");
+    &vhosts[0]["objects"]
+}
+
+// ---------------------------------------------------------------------------------------------
+// AMQP: declaring
+// ---------------------------------------------------------------------------------------------
+
+/// An argument value: integers as `long long`, strings as `longstr`.
+pub enum Arg {
+    Int(i64),
+    Str(&'static str),
+}
+
+/// Arguments from pairs.
+pub fn args(pairs: &[(&str, Arg)]) -> FieldTable {
+    let mut t = FieldTable::default();
+    for (k, v) in pairs {
+        let value = match v {
+            Arg::Int(n) => AMQPValue::LongLongInt(*n),
+            Arg::Str(s) => AMQPValue::LongString((*s).into()),
+        };
+        t.insert((*k).into(), value);
+    }
+    t
+}
+
+/// Declares a durable queue, as someone other than hopper would.
+pub async fn queue(channel: &Channel, name: &str, arguments: FieldTable) {
+    channel
+        .queue_declare(name.into(), QueueDeclareOptions { durable: true, ..Default::default() }, arguments)
+        .await
+        .unwrap_or_else(|e| panic!("declare {name}: {e}"));
+}
+
+/// Declares a durable exchange.
+pub async fn exchange(channel: &Channel, name: &str, kind: ExchangeKind) {
+    exchange_with(channel, name, kind, FieldTable::default()).await;
+}
+
+/// An exchange with arguments (an alternate exchange, say).
+pub async fn exchange_with(channel: &Channel, name: &str, kind: ExchangeKind, arguments: FieldTable) {
+    let options = ExchangeDeclareOptions { durable: true, ..Default::default() };
+    channel.exchange_declare(name.into(), kind, options, arguments).await.unwrap();
+}
+
+pub async fn bind(channel: &Channel, queue: &str, exchange: &str, key: &str) {
+    bind_with(channel, queue, exchange, key, FieldTable::default()).await;
+}
+
+/// A binding with arguments (what a headers exchange matches on).
+pub async fn bind_with(channel: &Channel, queue: &str, exchange: &str, key: &str, arguments: FieldTable) {
+    channel
+        .queue_bind(queue.into(), exchange.into(), key.into(), QueueBindOptions::default(), arguments)
+        .await
+        .unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// AMQP: publishing and counting
+// ---------------------------------------------------------------------------------------------
 
 /// Message count of a queue, or `None` if it does not exist.
 pub async fn count(connection: &Connection, queue: &str) -> Option<u32> {
@@ -127,6 +389,15 @@ pub async fn wait_for_count(connection: &Connection, queue: &str, n: u32, limit:
     }
 }
 
+/// Waits until a queue exists (asynchronous imports), for at most 30 s.
+pub async fn wait_for_exists(connection: &Connection, queue: &str) {
+    let start = Instant::now();
+    while count(connection, queue).await.is_none() {
+        assert!(start.elapsed() < Duration::from_secs(30), "{queue} never appeared");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// The properties every test message carries, so that a retry that drops one is caught.
 pub fn rich_properties(id: &str) -> BasicProperties {
     BasicProperties::default()
@@ -142,7 +413,7 @@ pub fn rich_properties(id: &str) -> BasicProperties {
         .with_timestamp(1_700_000_000)
 }
 
-/// Publishes persistent messages with the given ids, each confirmed by the broker.
+/// Publishes persistent messages with the given ids, each confirmed by the broker and routed.
 pub async fn publish(connection: &Connection, exchange: &str, routing_key: &str, ids: &[String]) {
     publish_with(connection, exchange, routing_key, ids, |_| None).await;
 }
@@ -153,32 +424,50 @@ pub async fn publish_with(
     exchange: &str,
     routing_key: &str,
     ids: &[String],
-    headers: impl Fn(&str) -> Option<lapin::types::FieldTable>,
+    headers: impl Fn(&str) -> Option<FieldTable>,
 ) {
-    let channel: Channel = connection.create_channel().await.unwrap();
-    channel.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
+    let channel = confirming(connection).await;
     for id in ids {
         let mut properties = rich_properties(id);
         if let Some(h) = headers(id) {
             properties = properties.with_headers(h);
         }
-        let confirm = channel
-            .basic_publish(
-                exchange.into(),
-                routing_key.into(),
-                BasicPublishOptions { mandatory: true, ..Default::default() },
-                id.as_bytes(),
-                properties,
-            )
-            .await
-            .unwrap()
-            .await
-            .unwrap();
-        assert!(matches!(confirm, lapin::Confirmation::Ack(None)), "publish of {id} not routed: {confirm:?}");
+        confirmed(&channel, exchange, routing_key, id.as_bytes(), properties).await;
     }
 }
 
-/// Takes every message of a queue (acking them) and returns their message ids.
+/// Publishes one message with these properties, confirmed by the broker and routed.
+pub async fn publish_one(connection: &Connection, exchange: &str, routing_key: &str, properties: BasicProperties) {
+    confirmed(&confirming(connection).await, exchange, routing_key, b"m", properties).await;
+}
+
+async fn confirming(connection: &Connection) -> Channel {
+    let channel = connection.create_channel().await.unwrap();
+    channel.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
+    channel
+}
+
+/// `mandatory`, so that an unroutable message comes back and fails the test.
+async fn confirmed(channel: &Channel, exchange: &str, routing_key: &str, body: &[u8], properties: BasicProperties) {
+    let confirm = channel
+        .basic_publish(
+            exchange.into(),
+            routing_key.into(),
+            BasicPublishOptions { mandatory: true, ..Default::default() },
+            body,
+            properties,
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert!(
+        matches!(confirm, lapin::Confirmation::Ack(None)),
+        "publish to {exchange:?} with key {routing_key:?} not routed: {confirm:?}"
+    );
+}
+
+/// Takes every message of a queue (acking them).
 pub async fn drain(connection: &Connection, queue: &str) -> Vec<lapin::message::BasicGetMessage> {
     let channel = connection.create_channel().await.unwrap();
     let mut out = Vec::new();
@@ -194,7 +483,6 @@ pub fn message_id(properties: &BasicProperties) -> String {
 
 /// The `(queue, reason)` of every entry of a message's `x-death` header.
 pub fn deaths(properties: &BasicProperties) -> Vec<(String, String)> {
-    use lapin::types::AMQPValue;
     let Some(headers) = properties.headers() else { return Vec::new() };
     let Some(AMQPValue::FieldArray(entries)) = headers.inner().get("x-death") else { return Vec::new() };
     entries
@@ -212,13 +500,4 @@ pub fn deaths(properties: &BasicProperties) -> Vec<(String, String)> {
             _ => None,
         })
         .collect()
-}
-
-/// Waits until a queue exists (asynchronous imports), for at most 30 s.
-pub async fn wait_for_exists(connection: &Connection, queue: &str) {
-    let start = Instant::now();
-    while count(connection, queue).await.is_none() {
-        assert!(start.elapsed() < Duration::from_secs(30), "{queue} never appeared");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
