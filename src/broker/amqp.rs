@@ -372,13 +372,23 @@ pub fn parse_inequivalent(text: &str) -> Option<Difference> {
     let argument = rest[..rest.find('\'')?].to_string();
     let received = &rest[rest.find("received ")? + "received ".len()..];
     let (spec, current) = received.split_once(" but current is ")?;
+    // Values come typed ("of type 'signedint'") only on some versions; an argument RabbitMQ
+    // only accepts as an integer is one.
+    let integer = matches!(
+        argument.as_str(),
+        "x-message-ttl" | "x-expires" | "x-max-length" | "x-max-length-bytes" | "x-delivery-limit" | "x-max-priority"
+    );
+    let typed = |v: Option<ArgValue>| match v {
+        Some(ArgValue::Str(s)) if integer => Some(s.parse().map_or(ArgValue::Str(s), ArgValue::Int)),
+        other => other,
+    };
     let property = match argument.as_str() {
         "durable" => Property::Durable,
         "auto_delete" => Property::AutoDelete,
         "type" => Property::Type,
         _ => Property::Argument(argument),
     };
-    Some(Difference { property, live: value_of(current), spec: value_of(spec) })
+    Some(Difference { property, live: typed(value_of(current)), spec: typed(value_of(spec)) })
 }
 
 /// `the value '60000' of type 'signedint'`, `'direct'`, `'true'` or `none`, as a value.

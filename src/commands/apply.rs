@@ -159,9 +159,12 @@ fn describe(step: &Step) -> String {
             }
             lines.push("      safe ways out:".to_string());
             lines.extend(ways_out.iter().map(|w| way_out(w, "        ")));
-            lines.push(
-                "      (hopper never deletes or redeclares a queue that holds messages to change its arguments)".into(),
-            );
+            if matches!(object, Object::Queue(_)) {
+                lines.push(
+                    "      (hopper never deletes or redeclares a queue that holds messages to change its arguments)"
+                        .into(),
+                );
+            }
             lines.join("\n")
         }
         Step::Unbind { binding } => {

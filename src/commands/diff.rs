@@ -98,7 +98,7 @@ fn line(e: &Entry) -> String {
             )
         }
         Status::Overridden => {
-            let who = match e.source {
+            let who = match e.set_by {
                 Some(Source::OperatorPolicy) => "operator policy",
                 _ => "policy",
             };

@@ -85,6 +85,9 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], req
                     (live, ReadFrom::Amqp, Some(note))
                 }
             };
+            // A refusal's commands name the management API only where it answered.
+            let options =
+                Options { admin: (read_from == ReadFrom::ManagementApi).then(|| endpoint.admin()), ..options.clone() };
             let mut plan = plan::plan(vhost, topologies, &live, &options);
             // A refusal says how many messages the queue holds: count them exactly.
             let conflicting: Vec<_> = plan

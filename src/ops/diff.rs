@@ -98,8 +98,9 @@ pub struct Entry {
     pub spec: Option<ArgValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub effective: Option<ArgValue>,
+    /// For `overridden`: `policy` or `operator_policy` (a binding's `source` is its exchange).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub source: Option<Source>,
+    pub set_by: Option<Source>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub policy: Option<String>,
 }
@@ -160,7 +161,7 @@ pub fn report(plans: &[Plan]) -> Report {
                 setting: Some(o.setting),
                 spec: o.spec.clone(),
                 effective: Some(o.effective.clone()),
-                source: Some(o.source),
+                set_by: Some(o.source),
                 policy: Some(o.policy.clone()),
                 ..Entry::new(Status::Overridden, Subject::Queue { name: o.queue.clone() })
             }));
@@ -187,7 +188,7 @@ impl Entry {
             setting: None,
             spec: None,
             effective: None,
-            source: None,
+            set_by: None,
             policy: None,
         }
     }

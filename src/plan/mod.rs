@@ -27,6 +27,8 @@ pub struct Override {
     /// The spec's value, `None` when the spec does not set it.
     pub spec: Option<ArgValue>,
     pub effective: ArgValue,
+    /// `policy` or `operator_policy`.
+    #[serde(rename = "set_by")]
     pub source: Source,
     pub policy: String,
 }

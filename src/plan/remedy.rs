@@ -7,8 +7,8 @@ use serde::Serialize;
 
 use super::{Difference, Options, Property, queue_differences};
 use crate::compile::{CompiledTopology, compile_topology};
-use crate::live::Live;
-use crate::model::{ArgValue, Exchange, ExchangeType, Queue, Role, arg};
+use crate::live::{Live, LiveQueue};
+use crate::model::{ArgValue, Arguments, Exchange, ExchangeType, Queue, QueueName, Role, arg};
 use crate::spec::{ExchangeType as SpecExchangeType, QueueType, Topology};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -69,6 +69,22 @@ fn edit(t: &Topology, set: Vec<String>, remove: Vec<String>) -> SpecEdit {
     SpecEdit { topology: t.name.clone(), file: t.file.display().to_string(), table: table(t), set, remove }
 }
 
+/// A queue's arguments on the broker as far as they are known: as read, or, when only the
+/// broker's refusal is known (no management API), the spec's with the one argument the refusal
+/// names set to the broker's value.
+fn live_arguments(spec: &Queue, l: &LiveQueue) -> Option<Arguments> {
+    if let Some(args) = &l.arguments {
+        return Some(args.clone());
+    }
+    let Difference { property: Property::Argument(key), live, .. } = l.refused.as_ref()? else { return None };
+    let mut args = spec.arguments.clone();
+    match live {
+        Some(value) => args.insert(key.clone(), value.clone()),
+        None => args.remove(key),
+    };
+    Some(args)
+}
+
 pub(super) fn queue_ways_out(
     vhost: &str,
     topologies: &[&CompiledTopology],
@@ -91,12 +107,12 @@ pub(super) fn queue_ways_out(
     let (v, n) = (shell_word(vhost), shell_word(&q.name));
     let entry = matches!(q.role, Role::Work { attempt: None | Some(1) });
     let first = if entry { "stop its producers, " } else { "" };
-    let live_quorum = live.queues.get(&q.name).and_then(|l| l.arguments.as_ref()).is_some_and(super::is_quorum);
+    let live_quorum = live.queues.get(&q.name).and_then(|l| live_arguments(q, l)).is_some_and(|a| super::is_quorum(&a));
     let way = if live_quorum {
         // Quorum queues refuse --if-empty: the check is the operator's.
         WayOut {
             says: format!(
-                "or recreate it: {first}let `{}` drain ({held}); once `rabbitmqctl list_queues -p {v} name messages` shows it at 0, delete it (quorum queues do not support --if-empty) and apply again",
+                "recreate it: {first}let `{}` drain ({held}); once `rabbitmqctl list_queues -p {v} name messages` shows it at 0, delete it (quorum queues do not support --if-empty) and apply again",
                 q.name
             ),
             spec: None,
@@ -105,7 +121,7 @@ pub(super) fn queue_ways_out(
     } else {
         WayOut {
             says: format!(
-                "or recreate it: {first}let `{}` drain ({held}), delete it while empty, and apply again",
+                "recreate it: {first}let `{}` drain ({held}), delete it while empty, and apply again",
                 q.name
             ),
             spec: None,
@@ -120,7 +136,11 @@ pub(super) fn queue_ways_out(
 /// queue type and the delivery limit, the two a user chooses. Checked by compiling the edited
 /// topology and comparing every queue it has on the broker.
 fn matching_spec(t: &Topology, q: &Queue, live: &Live) -> Option<WayOut> {
-    let live_args = |name: &str| live.queues.get(name).and_then(|l| l.arguments.clone());
+    let compiled = compile_topology(t);
+    let live_args = |name: &QueueName| {
+        let spec = compiled.queue(name)?;
+        live_arguments(spec, live.queues.get(name)?)
+    };
     // The candidates: the queue type and delivery limit of the topology's main queue on the
     // broker (or of the refused queue, when the main queue is not there).
     let main = live_args(&t.queue).or_else(|| live_args(&q.name))?;
@@ -153,10 +173,11 @@ fn matching_spec(t: &Topology, q: &Queue, live: &Live) -> Option<WayOut> {
     if set.is_empty() && remove.is_empty() {
         return None;
     }
-    let compiled = compile_topology(&candidate);
-    let matches = compiled.queues().all(|q| match live.queues.get(&q.name) {
-        None => true,
-        Some(l) => l.arguments.as_ref().is_some_and(|a| queue_differences(q, l, a).is_empty()),
+    let edited = compile_topology(&candidate);
+    let matches = edited.queues().all(|q| match (live.queues.get(&q.name), compiled.queue(&q.name)) {
+        (None, _) => true,
+        (Some(l), Some(before)) => live_arguments(before, l).is_some_and(|a| queue_differences(q, l, &a).is_empty()),
+        (Some(l), None) => l.arguments.as_ref().is_some_and(|a| queue_differences(q, l, a).is_empty()),
     });
     matches.then(|| WayOut {
         says: "match the broker: edit the spec as below, then apply".to_string(),
@@ -177,7 +198,7 @@ fn unmatched(q: &Queue, differences: &[Difference]) -> Vec<WayOut> {
                     q.name
                 ),
                 (Property::Argument(a), _) => format!(
-                    "no spec key gives `{a}` = {live}: hopper derives it from the topology, so `{}` was declared by something else (or by an older spec)",
+                    "no value of the spec's keys gives `{a}` = {live} together with the rest of `{}`'s arguments: it was declared by something else (or by an older spec)",
                     q.name
                 ),
                 (p, _) => format!("hopper declares every queue durable and not auto-delete; the broker's `{}` has {p} = {live}", q.name),
@@ -229,7 +250,7 @@ pub(super) fn exchange_ways_out(
             }
             ways.push(WayOut {
                 says: format!(
-                    "or publish to a new exchange: edit the spec as below, apply, move producers to it; `{}` keeps delivering to the main queue until you delete it",
+                    "publish to a new exchange: edit the spec as below, apply, move producers to it; `{}` keeps delivering to the main queue until you delete it",
                     e.name
                 ),
                 spec: Some(edit(t, vec![format!("exchange = {}", toml_string(&format!("{}-v2", e.name)))], vec![])),
@@ -238,7 +259,7 @@ pub(super) fn exchange_ways_out(
         } else if t.retry_exchange == e.name {
             ways.push(WayOut {
                 says: format!(
-                    "or use a new retry exchange: edit the spec as below, apply, give consumers the new contract (`hopper contract`); `{}` keeps routing retries already published until you delete it",
+                    "use a new retry exchange: edit the spec as below, apply, give consumers the new contract (`hopper contract`); `{}` keeps routing retries already published until you delete it",
                     e.name
                 ),
                 spec: Some(edit(t, vec![format!("retry_exchange = {}", toml_string(&format!("{}-v2", e.name)))], vec![])),
@@ -246,16 +267,21 @@ pub(super) fn exchange_ways_out(
             });
         }
     }
-    let url = options.admin.as_ref().map_or("http://localhost:15672/api".to_string(), |a| a.management_url.clone());
-    let user = options.admin.as_ref().map_or("guest".to_string(), |a| a.user.clone());
-    let path = format!("{url}/exchanges/{}/{}", percent(vhost), percent(&e.name));
-    ways.push(WayOut {
-        says: format!(
-            "or delete `{}` and apply again (curl asks for the password); a dead letter or message published to it in between is dropped, so stop what publishes to it first",
+    let then = "a dead letter or message published to it in between is dropped, so stop what publishes to it first";
+    ways.push(match &options.admin {
+        // rabbitmqctl cannot delete an exchange; the management API can.
+        Some(admin) => {
+            let path = format!("{}/exchanges/{}/{}", admin.management_url, percent(vhost), percent(&e.name));
+            WayOut {
+                says: format!("delete `{}` and apply again (curl asks for the password); {then}", e.name),
+                spec: None,
+                command: Some(format!("curl -fsS -u {} -X DELETE {}", shell_word(&admin.user), shell_word(&path))),
+            }
+        }
+        None => WayOut::says(format!(
+            "delete `{}` with the management UI or API of this broker and apply again; {then}",
             e.name
-        ),
-        spec: None,
-        command: Some(format!("curl -fsS -u {} -X DELETE {}", shell_word(&user), shell_word(&path))),
+        )),
     });
     ways
 }

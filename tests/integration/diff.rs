@@ -149,7 +149,7 @@ async fn policy_overriding_the_dead_letter_exchange(broker: Broker) {
         *overridden,
         json!({
             "status": "overridden", "kind": "queue", "name": "orders.dlq", "setting": "dead-letter-exchange",
-            "effective": "elsewhere", "source": "policy", "policy": "park-elsewhere"
+            "effective": "elsewhere", "set_by": "policy", "policy": "park-elsewhere"
         }),
         "the spec does not set it: no `spec`"
     );
@@ -167,7 +167,7 @@ async fn operator_policy_lowering_a_ttl(broker: Broker) {
         overridden,
         [&json!({
             "status": "overridden", "kind": "queue", "name": "orders.wait-5s", "setting": "message-ttl",
-            "spec": 5000, "effective": 2000, "source": "operator_policy", "policy": "cap-ttl"
+            "spec": 5000, "effective": 2000, "set_by": "operator_policy", "policy": "cap-ttl"
         })]
     );
     // apply warns about it too: it cannot fix a policy.
@@ -177,7 +177,7 @@ async fn operator_policy_lowering_a_ttl(broker: Broker) {
         report["vhosts"][0]["overrides"],
         json!([{
             "queue": "orders.wait-5s", "setting": "message-ttl", "spec": 5000, "effective": 2000,
-            "source": "operator_policy", "policy": "cap-ttl"
+            "set_by": "operator_policy", "policy": "cap-ttl"
         }])
     );
 }
@@ -261,7 +261,7 @@ async fn json_schema(broker: Broker) {
         *over,
         json!({
             "status": "overridden", "kind": "queue", "name": "orders.wait-5s", "setting": "message-ttl",
-            "spec": 5000, "effective": 2000, "source": "operator_policy", "policy": "cap-ttl"
+            "spec": 5000, "effective": 2000, "set_by": "operator_policy", "policy": "cap-ttl"
         })
     );
 }
