@@ -118,18 +118,20 @@ impl SpecError {
         } else {
             termcolor::ColorChoice::Never
         };
-        let stream = termcolor::StandardStream::stderr(choice);
-        let mut lock = stream.lock();
+        // Buffered: rendering writes piece by piece, and a long name would otherwise be one
+        // system call per byte.
+        let mut stream = termcolor::BufferedStandardStream::stderr(choice);
         for d in &self.diagnostics {
             let _ =
-                term::emit_to_write_style(&mut lock, &term::Config::default(), &self.sources.files, &to_rendered(d));
+                term::emit_to_write_style(&mut stream, &term::Config::default(), &self.sources.files, &to_rendered(d));
         }
         let n = self.diagnostics.len();
         let _ = writeln!(
-            lock,
+            stream,
             "error: the spec has {n} error{}; nothing was sent to the broker",
             if n == 1 { "" } else { "s" }
         );
+        let _ = stream.flush();
     }
 }
 

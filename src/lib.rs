@@ -6,6 +6,7 @@ pub mod broker;
 pub mod commands;
 pub mod compile;
 pub mod contract;
+pub mod definitions;
 pub mod diagnostic;
 pub mod hazard;
 pub mod live;
