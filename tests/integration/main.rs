@@ -9,6 +9,7 @@ mod hazards;
 mod inspect;
 mod prune;
 mod readme;
+mod safety;
 mod spec_errors;
 mod support;
 
