@@ -360,6 +360,30 @@ async fn two_brokers_in_one_run_are_refused_before_anything() {
     }
 }
 
+/// The same refusal for `inspect --dead-letters` when the queue exists only where the AMQP URL
+/// points, the broker the user means: the management API's broker has no such queue. hopper
+/// must refuse the pair before reading either, not answer from the wrong broker.
+#[tokio::test]
+async fn two_brokers_inspect_refuses_before_reading_the_other_broker() {
+    let name = support::unique("hopper-test-two-brokers-inspect");
+    let mut vhosts = Vec::new();
+    for b in ALL_BROKERS {
+        vhosts.push(Vhost::named(b, &name).await);
+    }
+    for pair in Pair::ALL {
+        let queue = format!("parked-on-{:?}", pair.amqp);
+        let amqp_side = vhosts.iter().find(|v| v.broker == pair.amqp).unwrap();
+        let connection = amqp_side.connect().await;
+        let channel = connection.create_channel().await.unwrap();
+        support::queue(&channel, &queue, FieldTable::default()).await;
+        support::publish(&connection, "", &queue, &["parked-1".to_string()]).await;
+        let args = ["inspect", "--vhost", &name, "--queue", &queue, "--dead-letters"];
+        let out = pair.run(&args);
+        let case = format!("AMQP {:?}, management {:?}: hopper {}", pair.amqp, pair.management, args.join(" "));
+        pair.assert_refused(&out, &case).await;
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // 3. Refusal hints that can be pasted
 // ---------------------------------------------------------------------------------------------
@@ -536,6 +560,14 @@ async fn quorum_to_classic_hint_pasted(broker: Broker) {
     refusal_hints_can_be_pasted(broker, Reading::ManagementApi, QUORUM, CLASSIC).await;
 }
 
+async fn classic_to_quorum_hint_pasted_over_amqp_alone(broker: Broker) {
+    refusal_hints_can_be_pasted(broker, Reading::AmqpAlone, CLASSIC, QUORUM).await;
+}
+
+async fn quorum_to_classic_hint_pasted_over_amqp_alone(broker: Broker) {
+    refusal_hints_can_be_pasted(broker, Reading::AmqpAlone, QUORUM, CLASSIC).await;
+}
+
 /// The other way out: drain, then paste each refused queue's `command` into a shell. It keeps
 /// the broker's own check where there is one: `--if-empty` for a classic queue, none for a
 /// quorum queue (RabbitMQ refuses it there). On the 3.10 slot only, because its `rabbitmqctl`
@@ -581,6 +613,16 @@ async fn rabbitmq_3_10_pasted_commands_recreate_classic_as_quorum() {
 #[tokio::test]
 async fn rabbitmq_3_10_pasted_commands_recreate_quorum_as_classic() {
     pasted_commands_recreate_the_queues(Reading::ManagementApi, QUORUM, CLASSIC).await;
+}
+
+#[tokio::test]
+async fn rabbitmq_3_10_pasted_commands_recreate_classic_as_quorum_over_amqp_alone() {
+    pasted_commands_recreate_the_queues(Reading::AmqpAlone, CLASSIC, QUORUM).await;
+}
+
+#[tokio::test]
+async fn rabbitmq_3_10_pasted_commands_recreate_quorum_as_classic_over_amqp_alone() {
+    pasted_commands_recreate_the_queues(Reading::AmqpAlone, QUORUM, CLASSIC).await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1074,6 +1116,17 @@ async fn longest_names_apply_and_dead_letter(broker: Broker) {
     assert_eq!(support::deaths(&parked[0].delivery.properties).first(), Some(&(main.clone(), "rejected".to_string())));
 }
 
+/// A queue name given on the command line is printed the way spec names are: a control
+/// character shown as an escape, never written raw to the terminal.
+async fn command_line_queue_name_is_never_printed_raw(broker: Broker) {
+    let vhost = Vhost::new(broker, "safety-raw-queue").await;
+    let out = vhost.hopper(&["inspect", "--vhost", &vhost.name, "--queue", "evil\u{1b}[2Jname"]);
+    let stderr = support::text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr:?}");
+    let raw: Vec<char> = stderr.chars().filter(|c| c.is_control() && *c != '\n').collect();
+    assert!(raw.is_empty(), "raw control characters {raw:?} in stderr: {stderr:?}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Every per-broker test above, on each broker of the matrix
 // ---------------------------------------------------------------------------------------------
@@ -1082,5 +1135,8 @@ on_every_broker!(
     bindings_that_print_alike_are_two_bindings,
     classic_to_quorum_hint_pasted,
     quorum_to_classic_hint_pasted,
+    classic_to_quorum_hint_pasted_over_amqp_alone,
+    quorum_to_classic_hint_pasted_over_amqp_alone,
     longest_names_apply_and_dead_letter,
+    command_line_queue_name_is_never_printed_raw,
 );
