@@ -10,6 +10,7 @@ mod inspect;
 mod props;
 mod prune;
 mod readme;
+mod safety;
 mod spec_errors;
 mod support;
 

@@ -160,6 +160,15 @@ impl Vhost {
         Vhost { broker, name, dir }
     }
 
+    /// A vhost with exactly this name (a name of a given length, or the same name on a second
+    /// broker), with a directory of its own; both removed on drop.
+    pub async fn named(broker: Broker, name: &str) -> Vhost {
+        http::create_vhost(&broker.endpoint(), name).await.expect("create the test vhost");
+        let dir = std::env::temp_dir().join(unique("hopper-test-dir"));
+        std::fs::create_dir_all(&dir).unwrap();
+        Vhost { broker, name: name.to_string(), dir }
+    }
+
     /// Writes a spec file for this vhost and returns its path.
     pub fn spec(&self, file: &str, toml: &str) -> PathBuf {
         let path = self.dir.join(file);
