@@ -48,7 +48,11 @@ pub fn run() -> ExitCode {
         Ok(exit) => exit.into(),
         Err(e) if output::is_broken_pipe(&e) => Exit::Ok.into(),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // Errors quote names from specs, brokers and the command line: never raw control
+            // characters on a terminal.
+            let text = format!("{e:#}");
+            let lines: Vec<_> = text.lines().map(output::safe).collect();
+            eprintln!("error: {}", lines.join("\n"));
             Exit::Error.into()
         }
     }

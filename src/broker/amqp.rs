@@ -13,7 +13,7 @@ use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
 
 use super::Endpoint;
 use crate::live::{Live, LiveExchange, LiveQueue};
-use crate::model::{ArgValue, Arguments, Binding, Destination, Exchange, ExchangeType, Object, Queue};
+use crate::model::{ArgValue, Arguments, Binding, Destination, Exchange, ExchangeType, Object, Queue, arg};
 use crate::plan::{Difference, Plan, Property, Step};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
@@ -83,9 +83,15 @@ impl Session {
 
     /// What the broker has of `objects`, learned by declaring them: passively to see whether they
     /// exist, then as the spec wants them, which changes nothing when they are equivalent and is
-    /// refused (406) naming the first argument that differs when they are not. Bindings cannot
-    /// be read over AMQP.
-    pub async fn probe(&mut self, objects: &[&Object]) -> Result<Live> {
+    /// refused (406) naming the first argument that differs when they are not; a refused queue
+    /// is declared again with what each refusal taught, until the broker accepts: then its
+    /// arguments are known. A queue of another type has other arguments altogether: `retyped`
+    /// gives what the spec would declare for it with that type. Bindings cannot be read over AMQP.
+    pub async fn probe(
+        &mut self,
+        objects: &[&Object],
+        retyped: impl Fn(&Queue, &str) -> Option<Arguments>,
+    ) -> Result<Live> {
         let mut live = Live::default();
         for object in objects {
             match object {
@@ -113,7 +119,7 @@ impl Session {
                 }
                 Object::Queue(q) => {
                     if let Some((messages, consumers)) = self.queue_counts(&q.name).await? {
-                        let (arguments, refused) = match self.declare_queue(q).await? {
+                        let (mut arguments, mut refused) = match self.declare_queue(q).await? {
                             Outcome::Done => (Some(q.arguments.clone()), None),
                             Outcome::Refused(text) => (
                                 None,
@@ -124,6 +130,36 @@ impl Session {
                                 })),
                             ),
                         };
+                        // The refusal names one argument that differs. A declaration the broker
+                        // accepts as equivalent changes nothing, and tells all of them: take the
+                        // broker's value of each argument it names, and declare again, until it
+                        // accepts (a queue has a handful of arguments; each round learns one).
+                        let mut learned = q.clone();
+                        for _ in 0..16 {
+                            let Some(Difference { property: Property::Argument(key), live, .. }) = &refused else {
+                                break;
+                            };
+                            let other_type = (key == arg::QUEUE_TYPE).then(|| live.as_ref().and_then(ArgValue::as_str));
+                            match (other_type.flatten().and_then(|t| retyped(q, t)), live) {
+                                (Some(arguments), _) => learned.arguments = arguments,
+                                (None, Some(value)) => {
+                                    learned.arguments.insert(key.clone(), value.clone());
+                                }
+                                (None, None) => {
+                                    learned.arguments.remove(key);
+                                }
+                            }
+                            match self.declare_queue(&learned).await? {
+                                Outcome::Done => {
+                                    (arguments, refused) = (Some(learned.arguments.clone()), None);
+                                    break;
+                                }
+                                Outcome::Refused(text) => match parse_inequivalent(&text) {
+                                    Some(d) if Some(&d) != refused.as_ref() => refused = Some(d),
+                                    _ => break,
+                                },
+                            }
+                        }
                         live.queues.insert(
                             q.name.clone(),
                             LiveQueue {

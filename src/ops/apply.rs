@@ -78,7 +78,8 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], req
                     (live, ReadFrom::ManagementApi, None)
                 }
                 Err(e) => {
-                    let live = session.probe(&plan::desired(topologies)).await?;
+                    let retyped = |q: &crate::model::Queue, t: &str| plan::retyped(topologies, q, t);
+                    let live = session.probe(&plan::desired(topologies), retyped).await?;
                     let note = format!(
                         "{e:#}; read over AMQP instead: bindings are declared again (idempotent), and queues left over by earlier specs cannot be listed"
                     );

@@ -82,6 +82,14 @@ pub struct SettingValue {
 
 pub fn run(endpoint: &Endpoint, request: &Request) -> Result<Vec<Report>> {
     let runtime = super::runtime()?;
+    if request.peek.is_some() {
+        // A peek reads over AMQP what was judged safe on the management API's broker: both must
+        // be one cluster before either is read.
+        runtime.block_on(async {
+            let amqp_identity = identity::amqp(endpoint).await?;
+            identity::same_cluster(endpoint, &amqp_identity, &http::identity(endpoint).await?)
+        })?;
+    }
     let mut reports = Vec::new();
     for scope in &request.scopes {
         let vhost = &scope.vhost;
@@ -108,9 +116,6 @@ pub fn run(endpoint: &Endpoint, request: &Request) -> Result<Vec<Report>> {
                     bail!("{refusal}");
                 }
                 let peeked = runtime.block_on(async {
-                    // The queue was judged safe to peek on the management API's broker: peek there only.
-                    let amqp_identity = identity::amqp(endpoint).await?;
-                    identity::same_cluster(endpoint, &amqp_identity, &http::identity(endpoint).await?)?;
                     let mut session = Session::connect(endpoint, vhost).await?;
                     let peeked = session.peek(queue, limit).await;
                     session.close().await;

@@ -11,7 +11,7 @@ use std::fmt;
 use serde::{Serialize, Serializer};
 
 pub use leftover::left_over;
-pub use remedy::{SpecEdit, WayOut};
+pub use remedy::{SpecEdit, WayOut, retyped};
 
 use crate::compile::CompiledTopology;
 use crate::live::{Live, LiveExchange, LiveQueue};

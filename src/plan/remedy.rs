@@ -70,13 +70,26 @@ fn edit(t: &Topology, set: Vec<String>, remove: Vec<String>) -> SpecEdit {
 }
 
 /// A queue's arguments on the broker as far as they are known: as read, or, when only the
-/// broker's refusal is known (no management API), the spec's with the one argument the refusal
-/// names set to the broker's value.
-fn live_arguments(spec: &Queue, l: &LiveQueue) -> Option<Arguments> {
+/// broker's refusal is known (no management API), rebuilt from it. The refusal names only the
+/// first argument that differs: when that is the queue type, the queue is taken to be what
+/// hopper declares for the topology with that type (what an earlier spec made); otherwise the
+/// spec's arguments with the one the refusal names set to the broker's value.
+fn live_arguments(owner: Option<&Topology>, spec: &Queue, l: &LiveQueue) -> Option<Arguments> {
     if let Some(args) = &l.arguments {
         return Some(args.clone());
     }
     let Difference { property: Property::Argument(key), live, .. } = l.refused.as_ref()? else { return None };
+    if key == arg::QUEUE_TYPE
+        && let Some(t) = owner
+        && let Some(queue_type) = live.as_ref().and_then(ArgValue::as_str).and_then(queue_type)
+    {
+        let mut other = t.clone();
+        other.queue_type = queue_type;
+        if queue_type == QueueType::Classic {
+            other.delivery_limit = None;
+        }
+        return compile_topology(&other).queue(&spec.name).map(|q| q.arguments.clone());
+    }
     let mut args = spec.arguments.clone();
     match live {
         Some(value) => args.insert(key.clone(), value.clone()),
@@ -107,7 +120,8 @@ pub(super) fn queue_ways_out(
     let (v, n) = (shell_word(vhost), shell_word(&q.name));
     let entry = matches!(q.role, Role::Work { attempt: None | Some(1) });
     let first = if entry { "stop its producers, " } else { "" };
-    let live_quorum = live.queues.get(&q.name).and_then(|l| live_arguments(q, l)).is_some_and(|a| super::is_quorum(&a));
+    let live_quorum =
+        live.queues.get(&q.name).and_then(|l| live_arguments(owner, q, l)).is_some_and(|a| super::is_quorum(&a));
     let way = if live_quorum {
         // Quorum queues refuse --if-empty: the check is the operator's.
         WayOut {
@@ -139,16 +153,12 @@ fn matching_spec(t: &Topology, q: &Queue, live: &Live) -> Option<WayOut> {
     let compiled = compile_topology(t);
     let live_args = |name: &QueueName| {
         let spec = compiled.queue(name)?;
-        live_arguments(spec, live.queues.get(name)?)
+        live_arguments(Some(t), spec, live.queues.get(name)?)
     };
     // The candidates: the queue type and delivery limit of the topology's main queue on the
     // broker (or of the refused queue, when the main queue is not there).
     let main = live_args(&t.queue).or_else(|| live_args(&q.name))?;
-    let queue_type = match main.get(arg::QUEUE_TYPE).and_then(ArgValue::as_str).unwrap_or("classic") {
-        "classic" => QueueType::Classic,
-        "quorum" => QueueType::Quorum,
-        _ => return None,
-    };
+    let queue_type = queue_type(main.get(arg::QUEUE_TYPE).and_then(ArgValue::as_str).unwrap_or("classic"))?;
     let mut candidate = t.clone();
     let (mut set, mut remove) = (Vec::new(), Vec::new());
     if queue_type != t.queue_type {
@@ -176,7 +186,9 @@ fn matching_spec(t: &Topology, q: &Queue, live: &Live) -> Option<WayOut> {
     let edited = compile_topology(&candidate);
     let matches = edited.queues().all(|q| match (live.queues.get(&q.name), compiled.queue(&q.name)) {
         (None, _) => true,
-        (Some(l), Some(before)) => live_arguments(before, l).is_some_and(|a| queue_differences(q, l, &a).is_empty()),
+        (Some(l), Some(before)) => {
+            live_arguments(Some(t), before, l).is_some_and(|a| queue_differences(q, l, &a).is_empty())
+        }
         (Some(l), None) => l.arguments.as_ref().is_some_and(|a| queue_differences(q, l, a).is_empty()),
     });
     matches.then(|| WayOut {
@@ -184,6 +196,26 @@ fn matching_spec(t: &Topology, q: &Queue, live: &Live) -> Option<WayOut> {
         spec: Some(edit(t, set, remove)),
         command: None,
     })
+}
+
+/// The arguments the spec would give `q` were its topology of queue type `name` (with the
+/// spec's delivery limit, or none for a classic queue).
+pub fn retyped(topologies: &[&CompiledTopology], q: &Queue, name: &str) -> Option<Arguments> {
+    let t = topologies.iter().find(|t| t.queue(&q.name).is_some()).map(|t| &t.topology)?;
+    let mut other = t.clone();
+    other.queue_type = queue_type(name)?;
+    if other.queue_type == QueueType::Classic {
+        other.delivery_limit = None;
+    }
+    compile_topology(&other).queue(&q.name).map(|q| q.arguments.clone())
+}
+
+fn queue_type(name: &str) -> Option<QueueType> {
+    match name {
+        "classic" => Some(QueueType::Classic),
+        "quorum" => Some(QueueType::Quorum),
+        _ => None,
+    }
 }
 
 /// Why no spec value reproduces the broker's queue, difference by difference.

@@ -598,7 +598,20 @@ async fn pasted_commands_recreate_the_queues(reading: Reading, before: &str, aft
         assert_eq!(support::count(&connection, queue).await, None, "`{command}` deleted {queue:?}");
     }
     let (code, report) = apply(&vhost, reading, &spec);
-    assert_eq!(code, Some(0), "{report:#}");
+    if reading == Reading::AmqpAlone {
+        // Over AMQP alone hopper cannot list bindings: a wait queue to create beside an existing
+        // retry exchange may be a delay that moved, whose old binding it cannot see, so it
+        // refuses and says why; with the management API the same spec converges.
+        assert_eq!(code, Some(3), "{report:#}");
+        let blind = support::one(support::steps(&report), &json!({"action": "conflict"}));
+        assert_eq!(blind["object"]["name"], "orders eu.wait-1s", "{blind:#}");
+        let argument = blind["differences"][0]["argument"].as_str().unwrap();
+        assert!(argument.starts_with("binding of orders eu.retry"), "{blind:#}");
+        let (code, report) = apply(&vhost, Reading::ManagementApi, &spec);
+        assert_eq!(code, Some(0), "{report:#}");
+    } else {
+        assert_eq!(code, Some(0), "{report:#}");
+    }
     let want = if after.contains("quorum") { "quorum" } else { "classic" };
     for (queue, kind) in queue_types(broker, &vhost.name).await {
         assert_eq!(kind, want, "{queue} recreated as the spec says");
