@@ -17,6 +17,7 @@ pub mod output;
 pub mod plan;
 pub mod policy;
 pub mod spec;
+pub mod version;
 
 use std::process::ExitCode;
 

@@ -79,7 +79,10 @@ pub fn run(args: Args) -> Result<Exit> {
             Err(exit) => return Ok(exit),
         };
         let compiled = compile(&spec);
-        ops::by_vhost(&compiled).into_iter().map(|(v, t)| (v.to_string(), Network::from_compiled(&t))).collect()
+        ops::by_vhost(&compiled)
+            .into_iter()
+            .map(|(v, t)| (v.to_string(), Network::from_compiled(&t, crate::version::CURRENT)))
+            .collect()
     };
     let text = match args.style {
         Style::Dot => dot(&networks),
@@ -240,7 +243,10 @@ mod tests {
     fn spec_networks(toml: &str) -> Vec<(String, Network)> {
         let spec = crate::spec::from_str("t.toml", toml).unwrap_or_else(|e| panic!("{}", e.render_plain()));
         let compiled = compile(&spec);
-        ops::by_vhost(&compiled).into_iter().map(|(v, t)| (v.to_string(), Network::from_compiled(&t))).collect()
+        ops::by_vhost(&compiled)
+            .into_iter()
+            .map(|(v, t)| (v.to_string(), Network::from_compiled(&t, crate::version::CURRENT)))
+            .collect()
     }
 
     #[test]

@@ -11,10 +11,16 @@ use crate::output::{self, Format};
 
 /// Check what the spec compiles to for message-loss hazards; exit 1 if any.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Example:\n  hopper lint topologies/ && hopper apply topologies/")]
+#[command(
+    after_help = "Examples:\n  hopper lint topologies/ && hopper apply topologies/\n  hopper lint --broker-version 3.10 topologies/"
+)]
 pub struct Args {
     #[command(flatten)]
     pub spec: SpecArgs,
+    /// Judge the spec as this RabbitMQ release runs it (delivery limits, refused arguments,
+    /// native delayed retry).
+    #[arg(long, value_name = "VERSION", default_value_t = crate::version::CURRENT)]
+    pub broker_version: crate::version::Version,
 }
 
 pub fn run(args: Args, format: Format) -> Result<Exit> {
@@ -23,14 +29,20 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
         Err(exit) => return Ok(exit),
     };
     let compiled = compile(&spec);
-    let findings: Vec<Finding> =
-        crate::ops::by_vhost(&compiled).values().flat_map(|t| hazard::check(&Network::from_compiled(t))).collect();
+    let findings: Vec<Finding> = crate::ops::by_vhost(&compiled)
+        .values()
+        .flat_map(|t| hazard::check(&Network::from_compiled(t, args.broker_version)))
+        .collect();
     match format {
         Format::Json => output::json(&findings)?,
         Format::Table => {
             let mut lines: Vec<String> = findings.iter().map(describe).collect();
             lines.push(match findings.len() {
-                0 => format!("Clean: no hazard in {} topologies.", compiled.len()),
+                0 => format!(
+                    "Clean: no hazard in {} topologies, judged as RabbitMQ {} runs them.",
+                    compiled.len(),
+                    args.broker_version
+                ),
                 n => format!("{n} hazard(s)."),
             });
             output::print(&lines.join("\n"))?;

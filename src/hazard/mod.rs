@@ -11,6 +11,7 @@ pub use rules::{Rule, Severity};
 use crate::model::{ExchangeName, QueueName, RoleKind};
 use crate::network::{DeadLetter, End, Network, Reason};
 use crate::policy::{Effective, Setting, Source};
+use crate::version::DeliveryCount;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Finding {
@@ -93,7 +94,9 @@ pub fn check(n: &Network) -> Vec<Finding> {
         out.extend(drop_head_on_wait_or_dead_letter_queue(&s));
         out.extend(at_least_once_not_in_force(&s));
         out.extend(unknown_arguments(&s));
+        out.extend(arguments_refused(&s));
         out.extend(delivery_limit_drops(&s));
+        out.extend(redeliveries_unbounded(&s));
         out.extend(dead_letter_queue_not_terminal(&s));
     }
     dead_letter_cycles(n, &mut out);
@@ -288,8 +291,18 @@ fn at_least_once_not_in_force(s: &Subject) -> Option<Finding> {
 fn unknown_arguments(s: &Subject) -> Vec<Finding> {
     s.q.arguments
         .keys()
-        .filter(|key| !KNOWN_ARGUMENTS.contains(key))
+        .filter(|key| !KNOWN_ARGUMENTS.contains(key) || !s.n.version.knows_argument(key))
         .map(|key| {
+            if KNOWN_ARGUMENTS.contains(&key) {
+                return Finding::on(
+                    Rule::UnknownArgument,
+                    s.name,
+                    format!(
+                        "`{}` has argument `{key}`, which RabbitMQ {} does not know and ignores",
+                        s.name, s.n.version
+                    ),
+                );
+            }
             let hint = if KNOWN_ARGUMENTS.contains(&format!("x-{key}").as_str()) {
                 format!("; did you mean `x-{key}`?")
             } else {
@@ -316,14 +329,51 @@ fn delivery_limit_drops(s: &Subject) -> Option<Finding> {
     }
     let limit = s.n.delivery_limit(s.name).filter(|l| *l < UNREACHABLE_DELIVERY_LIMIT)?;
     let default = if s.n.has(s.name, Setting::DeliveryLimit) { "" } else { " (RabbitMQ 4's default)" };
+    let what = match s.n.version.delivery_count() {
+        DeliveryCount::EveryReturn => "redelivered",
+        DeliveryCount::FailedOnly => {
+            "given back as failed (basic.reject, a consumer crash; on RabbitMQ 4.3 a nack with requeue does not count)"
+        }
+    };
     Some(Finding::on(
         Rule::DeliveryLimitDrops,
         s.name,
         format!(
-            "quorum queue `{}` drops a message redelivered more than {limit} time(s){default}: it has no dead-letter exchange",
+            "quorum queue `{}` drops a message {what} more than {limit} time(s){default}: it has no dead-letter exchange",
             s.name
         ),
     ))
+}
+
+/// redeliveries-unbounded: a queue consumers read, with no delivery limit on its broker's
+/// version (a quorum queue before 4.0 that sets none).
+fn redeliveries_unbounded(s: &Subject) -> Option<Finding> {
+    if !s.q.quorum || s.wait || s.dead_letter_queue || s.n.delivery_limit(s.name).is_some() {
+        return None;
+    }
+    Some(Finding::on(
+        Rule::RedeliveriesUnbounded,
+        s.name,
+        format!(
+            "quorum queue `{}` has no delivery limit on RabbitMQ {}: a message that is requeued, or whose consumer crashes, is redelivered forever",
+            s.name, s.n.version
+        ),
+    ))
+}
+
+/// argument-refused-by-broker: arguments the broker's release no longer declares.
+fn arguments_refused(s: &Subject) -> Vec<Finding> {
+    s.q.arguments
+        .iter()
+        .filter_map(|(key, value)| {
+            let why = s.n.version.refuses_argument(key, value)?;
+            Some(Finding::on(
+                Rule::ArgumentRefusedByBroker,
+                s.name,
+                format!("`{}` has {key} = {value}: {why}, so the queue cannot be declared again", s.name),
+            ))
+        })
+        .collect()
 }
 
 fn dead_letter_queue_not_terminal(s: &Subject) -> Option<Finding> {
@@ -413,7 +463,7 @@ mod tests {
 
     fn lint(toml: &str) -> Vec<Finding> {
         let c = compile(&spec::from_str("t.toml", toml).unwrap_or_else(|e| panic!("{}", e.render_plain())));
-        check(&Network::from_compiled(&c.iter().collect::<Vec<_>>()))
+        check(&Network::from_compiled(&c.iter().collect::<Vec<_>>(), crate::version::CURRENT))
     }
 
     #[test]

@@ -25,10 +25,12 @@ pub enum Rule {
     DeliveryLimitDrops,
     DeadLetterQueueNotTerminal,
     DeadLetterRoutingKeyMissing,
+    RedeliveriesUnbounded,
+    ArgumentRefusedByBroker,
 }
 
 impl Rule {
-    pub const ALL: [Rule; 14] = [
+    pub const ALL: [Rule; 16] = [
         Rule::DeadLetterExchangeMissing,
         Rule::DeadLettersUnroutable,
         Rule::DeadLettersFanOut,
@@ -43,6 +45,8 @@ impl Rule {
         Rule::DeliveryLimitDrops,
         Rule::DeadLetterQueueNotTerminal,
         Rule::DeadLetterRoutingKeyMissing,
+        Rule::RedeliveriesUnbounded,
+        Rule::ArgumentRefusedByBroker,
     ];
 
     /// The id shown in brackets and in JSON.
@@ -62,12 +66,16 @@ impl Rule {
             Rule::DeliveryLimitDrops => "delivery-limit-drops",
             Rule::DeadLetterQueueNotTerminal => "dead-letter-queue-not-terminal",
             Rule::DeadLetterRoutingKeyMissing => "dead-letter-routing-key-missing",
+            Rule::RedeliveriesUnbounded => "redeliveries-unbounded",
+            Rule::ArgumentRefusedByBroker => "argument-refused-by-broker",
         }
     }
 
     pub fn severity(self) -> Severity {
         match self {
-            Rule::WaitQueueWithConsumers | Rule::DeadLetterRoutingKeyMissing => Severity::Warning,
+            Rule::WaitQueueWithConsumers | Rule::DeadLetterRoutingKeyMissing | Rule::RedeliveriesUnbounded => {
+                Severity::Warning
+            }
             _ => Severity::Error,
         }
     }
@@ -114,6 +122,12 @@ impl Rule {
             }
             Rule::DeadLetterRoutingKeyMissing => {
                 "Without a dead-letter routing key a dead letter keeps its current routing keys, which earlier hops rewrite, so where it goes depends on its history."
+            }
+            Rule::RedeliveriesUnbounded => {
+                "Before RabbitMQ 4.0 a quorum queue has no delivery limit unless one is set: a message a consumer requeues, or whose consumer crashes, comes back forever and no dead-letter queue ever sees it."
+            }
+            Rule::ArgumentRefusedByBroker => {
+                "RabbitMQ 4.3 refuses to declare a queue with x-queue-mode or x-queue-version = 1: a queue that has one cannot be declared again, by a redeploy, an import or a client."
             }
         }
     }

@@ -14,13 +14,14 @@ use crate::model::{
     ArgValue, Arguments, Binding, Destination, ExchangeName, ExchangeType, Object, QueueName, RoleKind,
 };
 use crate::policy::{self, AppliedPolicy, Effective, Setting};
+use crate::version::{self, Version};
 
 /// Maps looked up millions of times in a large vhost: hashed, with a fast hash (names are not
 /// chosen by an attacker who could make them collide, and ordered output is sorted where it is
 /// shown).
 pub type Map<K, V> = rustc_hash::FxHashMap<K, V>;
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Network {
     pub exchanges: Map<ExchangeName, Exchange>,
     pub queues: Map<QueueName, Queue>,
@@ -29,9 +30,9 @@ pub struct Network {
     by_source: Map<ExchangeName, Vec<usize>>,
     /// The queues whose dead letters reach each queue, computed once when first asked.
     feeders: OnceCell<Map<QueueName, Vec<QueueName>>>,
-    /// The broker's major version when known (live); `None` for a spec, which is judged as
-    /// RabbitMQ 4.x would run it.
-    pub major: Option<u32>,
+    /// The RabbitMQ release the network runs on: the live broker's, or for a spec the one it is
+    /// judged for (`lint --broker-version`, the current release by default).
+    pub version: Version,
 }
 
 #[derive(Debug, Clone)]
@@ -167,9 +168,23 @@ pub struct Path {
     pub end: End,
 }
 
+impl Default for Network {
+    fn default() -> Network {
+        Network {
+            exchanges: Map::default(),
+            queues: Map::default(),
+            bindings: Vec::new(),
+            by_source: Map::default(),
+            feeders: OnceCell::new(),
+            version: version::CURRENT,
+        }
+    }
+}
+
 impl Network {
-    pub fn from_compiled(topologies: &[&CompiledTopology]) -> Network {
-        let mut n = Network::default();
+    /// The network a spec compiles to, judged as `version` runs it.
+    pub fn from_compiled(topologies: &[&CompiledTopology], version: Version) -> Network {
+        let mut n = Network { version, ..Network::default() };
         for o in crate::plan::desired(topologies) {
             match o {
                 Object::Exchange(e) => {
@@ -201,7 +216,7 @@ impl Network {
 
     pub fn from_live(live: &Live) -> Network {
         let mut n = Network {
-            major: live.version.as_ref().and_then(|v| v.split('.').next()?.parse().ok()),
+            version: live.version.as_deref().and_then(|v| v.parse().ok()).unwrap_or(version::CURRENT),
             ..Network::default()
         };
         for b in live.bindings.iter().flatten() {
@@ -369,8 +384,7 @@ impl Network {
         match self.setting(queue, Setting::DeliveryLimit).map(|e| e.value) {
             Some(ArgValue::Int(n)) if n >= 0 => Some(n),
             Some(_) => None,
-            None if self.major.is_none_or(|m| m >= 4) => Some(20),
-            None => None,
+            None => self.version.default_delivery_limit(),
         }
     }
 

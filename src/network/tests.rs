@@ -4,7 +4,7 @@ use crate::spec;
 
 fn network(toml: &str) -> Network {
     let c = compile(&spec::from_str("t.toml", toml).unwrap_or_else(|e| panic!("{}", e.render_plain())));
-    Network::from_compiled(&c.iter().collect::<Vec<_>>())
+    Network::from_compiled(&c.iter().collect::<Vec<_>>(), crate::version::CURRENT)
 }
 
 #[test]

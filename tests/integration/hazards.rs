@@ -552,26 +552,48 @@ async fn unknown_argument(broker: Broker) {
 
 /// Returns the message at the head of `queue` to it (nack, requeue) `times` times; whether it
 /// was still there each time.
-async fn requeue(channel: &Channel, queue: &str, times: usize) -> usize {
+/// How a consumer gives a message back: the two count differently on RabbitMQ 4.3.
+#[derive(Clone, Copy)]
+enum Answer {
+    /// `basic.nack` with requeue: counts toward the delivery limit up to 4.2, not on 4.3.
+    Nack,
+    /// `basic.reject` with requeue: a failed delivery, counted on every version.
+    Reject,
+}
+
+/// Gets and gives back a message `times` times; how many times there was one to give back.
+async fn give_back(channel: &Channel, queue: &str, times: usize, answer: Answer) -> usize {
     for i in 0..times {
         let Some(m) = channel.basic_get(queue.into(), BasicGetOptions::default()).await.unwrap() else {
             return i;
         };
-        m.delivery.nack(BasicNackOptions { requeue: true, ..Default::default() }).await.unwrap();
+        match answer {
+            Answer::Nack => m.delivery.nack(BasicNackOptions { requeue: true, ..Default::default() }).await.unwrap(),
+            Answer::Reject => m.delivery.reject(BasicRejectOptions { requeue: true }).await.unwrap(),
+        };
     }
     times
 }
 
-/// A quorum queue with x-delivery-limit 1 and no dead-letter exchange: two returns and the
-/// message is gone.
+/// A quorum queue with x-delivery-limit 1 and no dead-letter exchange: two failed deliveries and
+/// the message is gone. On RabbitMQ 4.3 only a reject counts: nacks with requeue do not.
 async fn delivery_limit_drops(broker: Broker) {
     let (vhost, c, ch) = trap(broker, "hazard-delivery-limit").await;
     queue(&ch, "work", args(&[("x-queue-type", Str("quorum")), ("x-delivery-limit", Int(1))])).await;
     support::publish(&c, "", "work", &["m".to_string()]).await;
-    assert_eq!(requeue(&ch, "work", 2).await, 2);
+    if broker.version() >= (4, 3) {
+        assert_eq!(give_back(&ch, "work", 5, Answer::Nack).await, 5, "nacks do not count on 4.3");
+        support::wait_for_count(&c, "work", 1, Duration::from_secs(5)).await;
+    }
+    let answer = if broker.version() >= (4, 3) { Answer::Reject } else { Answer::Nack };
+    assert_eq!(give_back(&ch, "work", 2, answer).await, 2);
     assert!(ch.basic_get("work".into(), BasicGetOptions::default()).await.unwrap().is_none(), "dropped");
     assert_eq!(support::count(&c, "work").await, Some(0));
     assert_reported(&vhost, hazard("delivery-limit-drops", &["work"], &[]));
+    if broker.version() >= (4, 3) {
+        let message = finding(&vhost, "delivery-limit-drops")["message"].as_str().unwrap().to_string();
+        assert!(message.contains("basic.reject") && message.contains("a nack"), "{message}");
+    }
 }
 
 /// A dead-letter queue with a TTL and no dead-letter exchange: the parked message expires.
@@ -1021,10 +1043,10 @@ async fn graph_of_a_live_vhost(broker: Broker) {
     assert_eq!(graph.edges.len(), 3, "two bindings, one dead-letter route: {graph:#?}");
 }
 
-/// A quorum queue with no delivery limit and no dead-letter exchange, returned over and over.
-/// RabbitMQ 4 applies a default limit of 20: the 21st return drops the message, and inspect says
-/// so. RabbitMQ 3.10 has no default: the message survives any number of returns, and inspect
-/// reports nothing.
+/// A quorum queue with no delivery limit and no dead-letter exchange, given back over and over.
+/// RabbitMQ 4 applies a default limit of 20: the 21st failed delivery drops the message, and
+/// inspect says so (on 4.3 only rejects count, not nacks). RabbitMQ 3.10 has no default: the
+/// message survives any number of returns, and inspect reports the unbounded redeliveries.
 async fn default_delivery_limit(broker: Broker) {
     let vhost = Vhost::new(broker, "hazard-default-limit").await;
     let c = vhost.connect().await;
@@ -1039,10 +1061,14 @@ async fn default_delivery_limit(broker: Broker) {
         "inspect read version {version} of RabbitMQ {major}.{minor}"
     );
     if broker.major() >= 4 {
-        assert_eq!(requeue(&ch, "work", 20).await, 20);
+        if broker.version() >= (4, 3) {
+            assert_eq!(give_back(&ch, "work", 30, Answer::Nack).await, 30, "nacks do not count on 4.3");
+        }
+        let answer = if broker.version() >= (4, 3) { Answer::Reject } else { Answer::Nack };
+        assert_eq!(give_back(&ch, "work", 20, answer).await, 20);
         // Still there after 20 returns (counted once the last return is applied).
         support::wait_for_count(&c, "work", 1, Duration::from_secs(5)).await;
-        assert_eq!(requeue(&ch, "work", 1).await, 1);
+        assert_eq!(give_back(&ch, "work", 1, answer).await, 1);
         assert!(
             ch.basic_get("work".into(), BasicGetOptions::default()).await.unwrap().is_none(),
             "dropped at the 21st"
@@ -1052,10 +1078,12 @@ async fn default_delivery_limit(broker: Broker) {
         let message = finding(&vhost, "delivery-limit-drops")["message"].as_str().unwrap().to_string();
         assert!(message.contains("more than 20 time(s) (RabbitMQ 4's default)"), "{message}");
     } else {
-        assert_eq!(requeue(&ch, "work", 25).await, 25);
+        assert_eq!(give_back(&ch, "work", 25, Answer::Nack).await, 25);
         // Still there after 25 returns (counted once the last return is applied).
         support::wait_for_count(&c, "work", 1, Duration::from_secs(5)).await;
-        let (code, hazards) = inspect(&vhost);
-        assert_eq!((code, hazards), (Some(0), vec![]));
+        // Nothing drops it, and nothing bounds its redeliveries: a warning on 3.x only.
+        assert_reported(&vhost, hazard("redeliveries-unbounded", &["work"], &[]));
+        let (_, findings) = inspect(&vhost);
+        assert!(findings.iter().all(|f| f.rule != "delivery-limit-drops"), "{findings:#?}");
     }
 }

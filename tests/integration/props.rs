@@ -229,7 +229,7 @@ proptest! {
     fn lint_of_anything_hopper_compiles_is_clean(topologies in spec()) {
         let compiled = compiled(&files(&topologies, ""));
         for group in hopper::ops::by_vhost(&compiled).values() {
-            let findings = hazard::check(&Network::from_compiled(group));
+            let findings = hazard::check(&Network::from_compiled(group, hopper::version::CURRENT));
             prop_assert!(findings.is_empty(), "{:#?}", findings);
         }
     }

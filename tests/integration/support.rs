@@ -30,8 +30,6 @@ use serde_json::Value;
 pub enum Broker {
     RabbitMq3_10,
     RabbitMq4_0,
-    /// Started by brokers.sh, not in the matrix yet.
-    #[allow(dead_code)]
     RabbitMq4_3,
 }
 
@@ -103,6 +101,7 @@ macro_rules! on_every_broker {
     ($($tests:tt)*) => {
         $crate::support::on_broker!(rabbitmq_3_10, RabbitMq3_10, $($tests)*);
         $crate::support::on_broker!(rabbitmq_4_0, RabbitMq4_0, $($tests)*);
+        $crate::support::on_broker!(rabbitmq_4_3, RabbitMq4_3, $($tests)*);
     };
 }
 
