@@ -34,8 +34,14 @@ pub struct Contract {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(tag = "from", rename_all = "snake_case")]
 pub enum AttemptFrom {
-    Header { header: String },
+    Header {
+        header: String,
+    },
     Queue,
+    /// The broker's count of failed deliveries (native retry): the attempt is one more.
+    DeliveryCount {
+        header: String,
+    },
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -53,9 +59,19 @@ pub struct Rule {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(tag = "action", rename_all = "snake_case")]
 pub enum Action {
-    Publish { exchange: String, routing_key: String, headers: BTreeMap<String, i64> },
-    Reject,
+    Publish {
+        exchange: String,
+        routing_key: String,
+        headers: BTreeMap<String, i64>,
+    },
+    /// With requeue (native retry) the broker redelivers it after the delay; without, it is
+    /// dead-lettered. Always basic.reject: RabbitMQ 4.3 does not count a basic.nack.
+    Reject {
+        requeue: bool,
+    },
 }
+
+const DEAD_LETTER: Action = Action::Reject { requeue: false };
 
 /// What the application's handler decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,17 +107,13 @@ pub async fn consume(connection: &Connection, contract: &Contract, handler: Hand
                     Outcome::Done => None,
                     // A failure is never acked: without a rule it is rejected to the dead-letter queue.
                     Outcome::Failed => Some(
-                        contract
-                            .attempts
-                            .iter()
-                            .find(|r| r.attempt == attempt)
-                            .map_or(&Action::Reject, |r| &r.on_failure),
+                        contract.attempts.iter().find(|r| r.attempt == attempt).map_or(&DEAD_LETTER, |r| &r.on_failure),
                     ),
                     Outcome::Poison => Some(&contract.poison),
                 };
                 let settled = match action {
                     None => delivery.ack(BasicAckOptions::default()).await,
-                    Some(Action::Reject) => delivery.reject(BasicRejectOptions { requeue: false }).await,
+                    Some(Action::Reject { requeue }) => delivery.reject(BasicRejectOptions { requeue: *requeue }).await,
                     Some(Action::Publish { exchange, routing_key, headers }) => {
                         republish(&publisher, &delivery, exchange, routing_key, headers).await
                     }
@@ -118,27 +130,27 @@ pub async fn consume(connection: &Connection, contract: &Contract, handler: Hand
     Ok(())
 }
 
-/// The delivery number: from the queue (chain) or from the attempt header (republish).
+/// The delivery number: from the queue (chain), the attempt header (republish), or the broker's
+/// count of failed deliveries (native).
 fn attempt_of(contract: &Contract, queue: &ConsumeQueue, delivery: &Delivery) -> u32 {
-    match &contract.attempt_from {
-        AttemptFrom::Queue => queue.attempt.unwrap_or(1),
-        AttemptFrom::Header { header } => delivery
-            .properties
-            .headers()
-            .as_ref()
-            .and_then(|h| h.inner().get(header.as_str()).cloned())
-            .and_then(|v| match v {
-                AMQPValue::ShortShortInt(n) => Some(i64::from(n)),
-                AMQPValue::ShortShortUInt(n) => Some(i64::from(n)),
-                AMQPValue::ShortInt(n) => Some(i64::from(n)),
-                AMQPValue::ShortUInt(n) => Some(i64::from(n)),
-                AMQPValue::LongInt(n) => Some(i64::from(n)),
-                AMQPValue::LongUInt(n) => Some(i64::from(n)),
-                AMQPValue::LongLongInt(n) => Some(n),
-                _ => None,
-            })
-            .map_or(1, |n| n.clamp(0, i64::from(u32::MAX)) as u32),
-    }
+    let header = |name: &str| {
+        delivery.properties.headers().as_ref().and_then(|h| h.inner().get(name).cloned()).and_then(|v| match v {
+            AMQPValue::ShortShortInt(n) => Some(i64::from(n)),
+            AMQPValue::ShortShortUInt(n) => Some(i64::from(n)),
+            AMQPValue::ShortInt(n) => Some(i64::from(n)),
+            AMQPValue::ShortUInt(n) => Some(i64::from(n)),
+            AMQPValue::LongInt(n) => Some(i64::from(n)),
+            AMQPValue::LongUInt(n) => Some(i64::from(n)),
+            AMQPValue::LongLongInt(n) => Some(n),
+            _ => None,
+        })
+    };
+    let attempt = match &contract.attempt_from {
+        AttemptFrom::Queue => return queue.attempt.unwrap_or(1),
+        AttemptFrom::Header { header: name } => header(name).unwrap_or(1),
+        AttemptFrom::DeliveryCount { header: name } => header(name).map_or(1, |failed| failed + 1),
+    };
+    attempt.clamp(0, i64::from(u32::MAX)) as u32
 }
 
 /// Publishes a copy (same body and properties but `expiration` and `user_id`, the contract's

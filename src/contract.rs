@@ -28,6 +28,10 @@ pub struct Contract {
     /// What to do with a message that can never succeed, at any attempt.
     pub poison: Action,
     pub dead_letter_queue: QueueName,
+    /// For quorum queues: which answers count toward their delivery limit, by release. Reject,
+    /// never nack, what must count.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub delivery_counting: Vec<DeliveryCounting>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -37,6 +41,43 @@ pub enum AttemptSource {
     Header { header: String },
     /// The queue it was delivered from, as listed in `consume`.
     Queue,
+    /// The broker's count of failed deliveries so far, plus one; a message without it is on
+    /// attempt 1 (native retry, RabbitMQ 4.3).
+    DeliveryCount { header: String },
+}
+
+/// What makes a quorum queue count a delivery toward its delivery limit, on some releases.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeliveryCounting {
+    pub releases: &'static str,
+    pub counted: &'static str,
+    pub not_counted: &'static str,
+    /// The limit when a queue sets none.
+    pub default_limit: Option<i64>,
+}
+
+/// By release, from the release notes and measured on 3.10, 4.0 and 4.3 (the hazard tests).
+pub fn delivery_counting() -> Vec<DeliveryCounting> {
+    vec![
+        DeliveryCounting {
+            releases: "3.x",
+            counted: "basic.reject or basic.nack with requeue, a consumer crash or closed channel",
+            not_counted: "",
+            default_limit: None,
+        },
+        DeliveryCounting {
+            releases: "4.0 to 4.2",
+            counted: "basic.reject or basic.nack with requeue, a consumer crash or closed channel",
+            not_counted: "",
+            default_limit: Some(20),
+        },
+        DeliveryCounting {
+            releases: "4.3 and later",
+            counted: "basic.reject (with or without requeue), a consumer crash or lost connection",
+            not_counted: "basic.nack with requeue and consumer timeouts: a consumer that nacks a poison message redelivers it forever",
+            default_limit: Some(20),
+        },
+    ]
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -95,7 +136,10 @@ impl Action {
                     "publish a copy to exchange `{exchange}` with routing key `{routing_key}`{headers}, mandatory and confirmed; then ack"
                 )
             }
-            Action::Reject { .. } => "reject (requeue=false)".to_string(),
+            Action::Reject { requeue: false, .. } => "reject (requeue=false)".to_string(),
+            Action::Reject { requeue: true, .. } => {
+                "basic.reject with requeue=true (not basic.nack, which RabbitMQ 4.3 does not count)".to_string()
+            }
         }
     }
 
@@ -128,6 +172,8 @@ pub fn contract(t: &Topology) -> Contract {
                     reaches: t.wait_queue(attempt),
                 },
                 (Strategy::Chain, false) => Action::Reject { requeue: false, reaches: t.wait_queue(attempt) },
+                // The broker holds it back for the delay, then delivers it again.
+                (Strategy::Native, false) => Action::Reject { requeue: true, reaches: t.queue.clone() },
                 (_, true) => Action::Reject { requeue: false, reaches: t.dead_letter_queue.clone() },
             };
             AttemptRule { attempt, on_failure, retry }
@@ -136,6 +182,11 @@ pub fn contract(t: &Topology) -> Contract {
     let (attempt_from, consume, poison) = match t.strategy {
         Strategy::Republish => (
             AttemptSource::Header { header: ATTEMPT_HEADER.into() },
+            vec![ConsumeQueue { queue: t.queue.clone(), attempt: None }],
+            Action::Reject { requeue: false, reaches: t.dead_letter_queue.clone() },
+        ),
+        Strategy::Native => (
+            AttemptSource::DeliveryCount { header: "x-delivery-count".into() },
             vec![ConsumeQueue { queue: t.queue.clone(), attempt: None }],
             Action::Reject { requeue: false, reaches: t.dead_letter_queue.clone() },
         ),
@@ -165,6 +216,11 @@ pub fn contract(t: &Topology) -> Contract {
         attempts,
         poison,
         dead_letter_queue: t.dead_letter_queue.clone(),
+        delivery_counting: if t.queue_type == crate::spec::QueueType::Quorum {
+            delivery_counting()
+        } else {
+            Vec::new()
+        },
     }
 }
 
@@ -455,8 +511,32 @@ mod tests {
                     }
                 ],
                 "poison": { "action": "reject", "requeue": false, "reaches": "orders.dlq" },
-                "dead_letter_queue": "orders.dlq"
+                "dead_letter_queue": "orders.dlq",
+                "delivery_counting": serde_json::to_value(delivery_counting()).unwrap()
             })
+        );
+        // A nack must never be what a consumer relies on: RabbitMQ 4.3 does not count it.
+        assert!(value["delivery_counting"][2]["not_counted"].as_str().unwrap().contains("basic.nack"));
+    }
+
+    #[test]
+    fn native_contract_rejects_with_requeue_and_counts_from_the_broker() {
+        let t = topology(
+            "[topology.orders]\nstrategy = \"native\"\nbackoff = { initial = \"1s\", max = \"4s\", shape = \"linear\" }\nmax_attempts = 3\n",
+        );
+        let value = serde_json::to_value(contract(&t)).expect("serializable");
+        assert_eq!(value["attempt_from"], json!({ "from": "delivery_count", "header": "x-delivery-count" }));
+        assert_eq!(value["consume"], json!([{ "queue": "orders" }]));
+        for (n, delay) in [(0, "1s"), (1, "2s")] {
+            assert_eq!(
+                value["attempts"][n]["on_failure"],
+                json!({ "action": "reject", "requeue": true, "reaches": "orders" })
+            );
+            assert_eq!(value["attempts"][n]["retry"]["delay"], delay);
+        }
+        assert_eq!(
+            value["attempts"][2]["on_failure"],
+            json!({ "action": "reject", "requeue": false, "reaches": "orders.dlq" })
         );
     }
 

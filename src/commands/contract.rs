@@ -30,6 +30,7 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
         let attempt_from = match &c.attempt_from {
             AttemptSource::Header { header } => format!("header `{header}` (absent = 1)"),
             AttemptSource::Queue => "the queue it came from".to_string(),
+            AttemptSource::DeliveryCount { header } => format!("header `{header}` + 1 (absent = 1)"),
         };
         output::print(&format!(
             "topology {} (vhost {}): consume {}; attempt number from {attempt_from}; acks manual, messages persistent",
@@ -54,6 +55,16 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
             format!("{} (dead-letter queue)", c.poison.reaches()),
         ]);
         output::print(&table.to_string())?;
+        if !c.delivery_counting.is_empty() {
+            let mut lines = vec!["what counts toward a quorum queue's delivery limit:".to_string()];
+            for d in &c.delivery_counting {
+                let default = d.default_limit.map_or("none".to_string(), |n| n.to_string());
+                let not =
+                    if d.not_counted.is_empty() { String::new() } else { format!("; not counted: {}", d.not_counted) };
+                lines.push(format!("  RabbitMQ {}: {} (default limit {default}){not}", d.releases, d.counted));
+            }
+            output::print(&lines.join("\n"))?;
+        }
     }
     Ok(Exit::Ok)
 }

@@ -141,6 +141,20 @@ fn drawing(v: usize, n: &Network) -> Drawing {
         };
         edges.push((from, to, b.routing_key.clone(), false));
     }
+    // Native retry: the queue holds a failed message back and delivers it again itself.
+    for name in n.queue_names() {
+        let args = &n.queues[name].arguments;
+        if let Some(kind) = args.get(crate::compile::native::DELAYED_RETRY_TYPE) {
+            let ms = |key: &str| args.get(key).map_or("?".to_string(), |v| v.to_string());
+            let me = id(Node::Queue(name.clone()), &mut nodes);
+            let label = format!(
+                "delayed retry ({kind}): {} ms × n, at most {} ms",
+                ms(crate::compile::native::DELAYED_RETRY_MIN),
+                ms(crate::compile::native::DELAYED_RETRY_MAX)
+            );
+            edges.push((me.clone(), me, label, true));
+        }
+    }
     for name in n.queue_names() {
         let reasons: Vec<&str> =
             Reason::ALL.iter().filter(|r| n.can_dead_letter(name, **r)).map(|r| r.as_str()).collect();

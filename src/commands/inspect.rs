@@ -108,6 +108,10 @@ fn render(r: &Report) -> String {
                 .collect();
             lines.push(format!("  {}", output::safe(&settings.join(", "))));
         }
+        if !q.delayed_retry.is_empty() {
+            let retry: Vec<String> = q.delayed_retry.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            lines.push(format!("  delayed retry: {}", retry.join(", ")));
+        }
         for (reason, path) in &q.dead_letters {
             lines.push(format!("  {:<14} {}", reason.as_str(), output::safe(&describe_path(path))));
         }

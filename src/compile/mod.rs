@@ -3,6 +3,7 @@
 
 mod chain;
 mod names;
+pub mod native;
 mod republish;
 
 use serde::Serialize;
@@ -57,6 +58,7 @@ pub fn compile_topology(t: &Topology) -> CompiledTopology {
     match t.strategy {
         Strategy::Republish => republish::compile(t, &mut objects),
         Strategy::Chain => chain::compile(t, &mut objects),
+        Strategy::Native => native::compile(t, &mut objects),
     }
 
     // Producers' entry point last: no message flows in before everything downstream exists.

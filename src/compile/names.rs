@@ -15,13 +15,15 @@ pub enum GeneratedName {
 }
 
 impl Topology {
-    /// The queue a message waits in after failing delivery number `hop`.
+    /// The queue a message waits in after failing delivery number `hop`: with native retry, the
+    /// main queue itself holds it back.
     pub fn wait_queue(&self, hop: u32) -> QueueName {
         let delay = format_duration(self.delay(hop));
-        QueueName::new(match self.strategy {
-            Strategy::Republish => format!("{}.wait-{delay}", self.queue),
-            Strategy::Chain => format!("{}.hop-{hop}.wait-{delay}", self.queue),
-        })
+        match self.strategy {
+            Strategy::Republish => QueueName::new(format!("{}.wait-{delay}", self.queue)),
+            Strategy::Chain => QueueName::new(format!("{}.hop-{hop}.wait-{delay}", self.queue)),
+            Strategy::Native => self.queue.clone(),
+        }
     }
 
     /// The queue consumers read for delivery number `attempt` (1-based).
@@ -48,6 +50,7 @@ impl Topology {
         let canonical = |d: &str| parse_duration(d).is_ok_and(|p| format_duration(p) == d);
         let number = |text: &str| text.parse::<u32>().ok().filter(|n| n.to_string() == text && *n >= 1);
         match self.strategy {
+            Strategy::Native => None,
             Strategy::Republish => {
                 rest.strip_prefix("wait-").filter(|d| canonical(d)).map(|_| GeneratedName::Wait { hop: None })
             }

@@ -68,6 +68,8 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], req
         if let Ok(http_identity) = http::identity(endpoint).await {
             identity::same_cluster(endpoint, &amqp_identity, &http_identity)?;
         }
+        let all: Vec<&CompiledTopology> = by_vhost.iter().flat_map(|(_, t)| t.iter().copied()).collect();
+        super::check_release(&amqp_identity.1.version, &all)?;
         // Plan every vhost before changing any: a conflict anywhere stops the whole run.
         let mut work = Vec::new();
         for (vhost, topologies) in by_vhost {

@@ -130,6 +130,8 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)]) -> 
         if let Some(amqp_identity) = &amqp_identity {
             identity::same_cluster(endpoint, amqp_identity, &http_identity)?;
         }
+        let all: Vec<&CompiledTopology> = by_vhost.iter().flat_map(|(_, t)| t.iter().copied()).collect();
+        super::check_release(&http_identity.version, &all)?;
         let mut plans = Vec::new();
         for (vhost, topologies) in by_vhost {
             let mut live = match http::read(endpoint, vhost).await {

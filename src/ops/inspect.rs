@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::broker::amqp::{Peeked, Session};
 use crate::broker::{Endpoint, http, identity};
 use crate::hazard::{self, Finding};
-use crate::model::{ArgValue, QueueName};
+use crate::model::{ArgValue, Arguments, QueueName};
 use crate::network::{Network, Path, Reason};
 use crate::policy::{Setting, Source};
 
@@ -70,6 +70,9 @@ pub struct QueueReport {
     pub effective: BTreeMap<Setting, SettingValue>,
     /// For each way this queue can dead-letter, where the message goes.
     pub dead_letters: BTreeMap<Reason, Path>,
+    /// RabbitMQ 4.3's delayed retry, when the queue has it: `x-delayed-retry-*` by name.
+    #[serde(skip_serializing_if = "Arguments::is_empty")]
+    pub delayed_retry: Arguments,
 }
 
 #[derive(Debug, Serialize)]
@@ -201,7 +204,14 @@ fn queue_report(n: &Network, name: &QueueName) -> QueueReport {
         .collect();
     let dead_letters =
         Reason::ALL.into_iter().filter(|r| n.can_dead_letter(name, *r)).map(|r| (r, n.path(name, r))).collect();
+    let delayed_retry = q
+        .arguments
+        .iter()
+        .filter(|(k, _)| k.starts_with("x-delayed-retry-"))
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
     QueueReport {
+        delayed_retry,
         name: name.clone(),
         kind: if q.quorum { "quorum" } else { "classic" },
         ready: q.ready,

@@ -23,6 +23,24 @@ pub fn by_vhost(compiled: &[CompiledTopology]) -> BTreeMap<&str, Vec<&CompiledTo
     groups
 }
 
+/// Refuses a spec the broker's release cannot run, before anything is read or written: native
+/// delayed retry needs RabbitMQ 4.3.
+pub(crate) fn check_release(version: &str, topologies: &[&CompiledTopology]) -> Result<()> {
+    let Ok(release) = version.parse::<crate::version::Version>() else { return Ok(()) };
+    let native: Vec<&str> = topologies
+        .iter()
+        .filter(|t| t.topology.strategy == crate::spec::Strategy::Native)
+        .map(|t| t.topology.name.as_str())
+        .collect();
+    if !native.is_empty() && !release.native_delayed_retry() {
+        anyhow::bail!(
+            "topology {} uses strategy \"native\", which needs RabbitMQ 4.3 or later, and this broker is RabbitMQ {release}; nothing was changed. Use strategy = \"republish\" or \"chain\" on this broker",
+            native.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+        );
+    }
+    Ok(())
+}
+
 /// A runtime for one command: hopper's I/O is a handful of connections, one thread is enough.
 pub fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)

@@ -9,7 +9,10 @@ use super::{Difference, Options, Property, queue_differences};
 use crate::compile::{CompiledTopology, compile_topology};
 use crate::live::{Live, LiveQueue};
 use crate::model::{ArgValue, Arguments, Exchange, ExchangeType, Queue, QueueName, Role, arg};
-use crate::spec::{ExchangeType as SpecExchangeType, QueueType, Topology};
+use std::time::Duration;
+
+use crate::compile::native;
+use crate::spec::{ExchangeType as SpecExchangeType, QueueType, Strategy, Topology, format_duration};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct WayOut {
@@ -161,24 +164,63 @@ fn matching_spec(t: &Topology, q: &Queue, live: &Live) -> Option<WayOut> {
     let queue_type = queue_type(main.get(arg::QUEUE_TYPE).and_then(ArgValue::as_str).unwrap_or("classic"))?;
     let mut candidate = t.clone();
     let (mut set, mut remove) = (Vec::new(), Vec::new());
-    if queue_type != t.queue_type {
+    // The strategy the broker's main queue was made for: delayed retry in the queue (native),
+    // dead letters through the retry exchange (chain), or to the dead-letter exchange.
+    let strategy = if main.contains_key(native::DELAYED_RETRY_TYPE) {
+        Strategy::Native
+    } else if main.get(arg::DEAD_LETTER_EXCHANGE).and_then(ArgValue::as_str) == Some(t.retry_exchange.as_str()) {
+        Strategy::Chain
+    } else {
+        Strategy::Republish
+    };
+    if strategy != t.strategy {
+        candidate.strategy = strategy;
+        set.push(format!("strategy = {}", toml_string(strategy.as_str())));
+    }
+    if strategy == Strategy::Native {
+        // Its schedule and attempts are in its arguments: min × n up to max, limit + 1 deliveries.
+        let ms = |key: &str| main.get(key).and_then(ArgValue::as_int);
+        let limit = main.get(arg::DELIVERY_LIMIT).and_then(ArgValue::as_int)?;
+        let attempts = u32::try_from(limit + 1).ok()?;
+        if let (Some(min), Some(max)) = (ms(native::DELAYED_RETRY_MIN), ms(native::DELAYED_RETRY_MAX)) {
+            let (min, max) = (Duration::from_millis(min as u64), Duration::from_millis(max as u64));
+            candidate.hop_delays = (1..attempts).map(|n| (min * n).min(max)).collect();
+            if candidate.hop_delays != t.hop_delays || t.strategy != Strategy::Native {
+                set.push(format!(
+                    "backoff = {{ initial = {}, max = {}, shape = \"linear\" }}",
+                    toml_string(&format_duration(min)),
+                    toml_string(&format_duration(max))
+                ));
+                remove.push("delays".to_string());
+            }
+        }
+        if attempts != t.max_attempts {
+            set.push(format!("max_attempts = {attempts}"));
+        }
+        candidate.max_attempts = attempts;
+        if t.delivery_limit.is_some() {
+            remove.push("delivery_limit".to_string());
+        }
+        candidate.delivery_limit = None;
+    } else if queue_type != t.queue_type {
         candidate.queue_type = queue_type;
         set.push(format!("queue_type = {}", toml_string(queue_type.as_str())));
     }
-    match (queue_type, main.get(arg::DELIVERY_LIMIT).and_then(ArgValue::as_int)) {
-        (QueueType::Classic, _) => {
+    match (strategy, queue_type, main.get(arg::DELIVERY_LIMIT).and_then(ArgValue::as_int)) {
+        (Strategy::Native, _, _) => {}
+        (_, QueueType::Classic, _) => {
             if t.delivery_limit.is_some() {
                 remove.push("delivery_limit".to_string());
             }
             candidate.delivery_limit = None;
         }
-        (QueueType::Quorum, Some(limit)) if limit >= 1 => {
+        (_, QueueType::Quorum, Some(limit)) if limit >= 1 => {
             if candidate.effective_delivery_limit() != Some(limit) {
                 set.push(format!("delivery_limit = {limit}"));
             }
             candidate.delivery_limit = Some(limit);
         }
-        (QueueType::Quorum, _) => return None,
+        (_, QueueType::Quorum, _) => return None,
     }
     if set.is_empty() && remove.is_empty() {
         return None;

@@ -289,3 +289,45 @@ fn bindings_of_other_owners_on_the_main_exchange_are_left_alone() {
     live.bindings.as_mut().unwrap().insert(Binding::to_queue("orders", "audit", "#"));
     assert!(!plan("/", &[&c[0]], &live, &prune(false)).has_changes());
 }
+
+/// Moving a topology to another strategy changes its main queue's arguments, which cannot change
+/// in place: refused, with the spec edit that goes back to what the broker has.
+#[test]
+fn a_strategy_change_is_refused_with_the_way_back() {
+    let native = "[topology.orders]\nstrategy = \"native\"\nbackoff = { initial = \"1s\", max = \"5s\", shape = \"linear\" }\nmax_attempts = 4\n";
+    let republish = "[topology.orders]\ndelays = [\"1s\", \"2s\"]\nmax_attempts = 3\n";
+    for (live_spec, new_spec, want) in [
+        (
+            native,
+            republish,
+            vec![
+                "strategy = \"native\"".to_string(),
+                "backoff = { initial = \"1s\", max = \"3s\", shape = \"linear\" }".to_string(),
+                "max_attempts = 4".to_string(),
+            ],
+        ),
+        (republish, native, vec!["strategy = \"republish\"".to_string()]),
+    ] {
+        let old = compiled(live_spec);
+        let live = live_from(&old[0].objects);
+        let new = compiled(new_spec);
+        let p = plan("/", &[&new[0]], &live, &prune(false));
+        let conflict = p.conflicts().next().unwrap_or_else(|| panic!("no conflict: {:#?}", p.steps));
+        let Step::Conflict { ways_out, .. } = conflict else { unreachable!() };
+        let edit = ways_out.iter().find_map(|w| w.spec.as_ref()).unwrap_or_else(|| panic!("{ways_out:#?}"));
+        assert_eq!(edit.set, want, "{ways_out:#?}");
+        // Pasted, the spec compiles to exactly what the broker has.
+        let mut text = new_spec.to_string();
+        for line in &edit.set {
+            let key = line.split(" = ").next().unwrap();
+            text = text.lines().filter(|l| !l.starts_with(&format!("{key} ="))).collect::<Vec<_>>().join("\n") + "\n";
+            text.push_str(&format!("{line}\n"));
+        }
+        for key in &edit.remove {
+            text = text.lines().filter(|l| !l.starts_with(&format!("{key} ="))).collect::<Vec<_>>().join("\n") + "\n";
+        }
+        let pasted = compiled(&text);
+        let p = plan("/", &[&pasted[0]], &live, &prune(false));
+        assert!(p.conflicts().next().is_none(), "{text}\n{:#?}", p.steps);
+    }
+}

@@ -91,6 +91,8 @@ impl From<ExchangeType> for crate::model::ExchangeType {
 pub enum Strategy {
     Republish,
     Chain,
+    /// RabbitMQ 4.3's delayed retry in the quorum queue itself.
+    Native,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -164,11 +166,23 @@ impl Topology {
     }
 
     /// The `x-delivery-limit` of the queues consumers read: the spec's, or hopper's default on
-    /// quorum queues; none on classic queues.
+    /// quorum queues; none on classic queues. With native retry it counts the retries: a message
+    /// failed max_attempts times is dead-lettered.
     pub fn effective_delivery_limit(&self) -> Option<i64> {
-        match self.queue_type {
-            QueueType::Quorum => Some(self.delivery_limit.unwrap_or(DEFAULT_DELIVERY_LIMIT)),
-            QueueType::Classic => None,
+        match (self.strategy, self.queue_type) {
+            (Strategy::Native, _) => Some(i64::from(self.hops())),
+            (_, QueueType::Quorum) => Some(self.delivery_limit.unwrap_or(DEFAULT_DELIVERY_LIMIT)),
+            (_, QueueType::Classic) => None,
+        }
+    }
+
+    /// Whether the topology has a retry exchange: consumers publish to it (republish, when it
+    /// retries at all), or its queues dead-letter through it (chain).
+    pub fn uses_retry_exchange(&self) -> bool {
+        match self.strategy {
+            Strategy::Republish => self.hops() > 0,
+            Strategy::Chain => true,
+            Strategy::Native => false,
         }
     }
 }
@@ -178,6 +192,7 @@ impl Strategy {
         match self {
             Strategy::Republish => "republish",
             Strategy::Chain => "chain",
+            Strategy::Native => "native",
         }
     }
 }

@@ -31,6 +31,8 @@ pub(super) struct Backoff {
     pub initial: Option<Loc<Duration>>,
     pub multiplier: Option<Loc<f64>>,
     pub max: Option<Loc<Duration>>,
+    /// `exponential` (the default) or `linear`.
+    pub shape: Option<Loc<String>>,
 }
 
 /// The fields a `[topology.NAME]` or `[defaults]` table may set; `None` where it is silent.
@@ -104,7 +106,7 @@ const TOPOLOGY_KEYS: &[(&str, &str, &str)] = &[
     ("delays", "an array of durations", r#"delays = ["5s", "30s", "5m"]"#),
     ("max_attempts", "an integer", "max_attempts = 4"),
     ("backoff", "a table", r#"backoff = { initial = "1s", multiplier = 2.0, max = "1m" }"#),
-    ("strategy", "a string", r#"strategy = "republish"  # republish | chain"#),
+    ("strategy", "a string", r#"strategy = "republish"  # republish | chain | native"#),
     ("queue_type", "a string", r#"queue_type = "quorum"  # quorum | classic"#),
     ("queue", "a string", r#"queue = "orders""#),
     ("retry_exchange", "a string", r#"retry_exchange = "orders.retry""#),
@@ -123,6 +125,7 @@ const BACKOFF_KEYS: &[(&str, &str, &str)] = &[
     ("initial", "a duration", r#"initial = "1s""#),
     ("multiplier", "a number", "multiplier = 2.0"),
     ("max", "a duration", r#"max = "1m""#),
+    ("shape", "a string", r#"shape = "linear"  # exponential | linear"#),
 ];
 
 pub(super) fn parse_file(file: FileId, text: &str, diags: &mut Vec<Diagnostic>) -> Vec<Draft> {
@@ -390,13 +393,14 @@ impl Parser<'_> {
     fn backoff(&mut self, table: &DeTable, span: Range<usize>, context: &str) -> Loc<Backoff> {
         self.check_keys(table, BACKOFF_KEYS, &format!("`backoff` of {context}"), |_| None);
         let k = BACKOFF_KEYS;
-        let mut b = Backoff { initial: None, multiplier: None, max: None };
+        let mut b = Backoff { initial: None, multiplier: None, max: None, shape: None };
         for (key, value) in table.iter() {
             let key: &str = key.get_ref();
             match key {
                 "initial" => b.initial = self.duration(key, value, k),
                 "max" => b.max = self.duration(key, value, k),
                 "multiplier" => b.multiplier = self.number(key, value, k),
+                "shape" => b.shape = self.string(key, value, k),
                 _ => {}
             }
         }

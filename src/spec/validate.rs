@@ -120,7 +120,7 @@ fn topology(
     let strategy = one_of(
         &f.strategy,
         Strategy::Republish,
-        &[("republish", Strategy::Republish), ("chain", Strategy::Chain)],
+        &[("republish", Strategy::Republish), ("chain", Strategy::Chain), ("native", Strategy::Native)],
         "strategy",
         diags,
     );
@@ -251,7 +251,13 @@ fn topology(
     let dead_letter_exchange = derived(&f.dead_letter_exchange, ".dlx");
     let dead_letter_queue = derived(&f.dead_letter_queue, ".dlq");
 
+    if strategy == Strategy::Native {
+        check_native(&f, queue_type, &hop_delays, diags);
+    }
+
     let delivery_limit = match (queue_type, &f.delivery_limit) {
+        // Reported by check_native: the native limit counts retries.
+        (_, Some(_)) if strategy == Strategy::Native => None,
         (QueueType::Classic, Some(limit)) if draft.inherited.delivery_limit => {
             diags.push(
                 name.diag(format!(
@@ -398,6 +404,28 @@ fn hop_delays(
                 );
                 return Vec::new();
             };
+            let linear = match b.value.shape.as_ref().map(|s| s.value.as_str()) {
+                None | Some("exponential") => false,
+                Some("linear") => true,
+                Some(other) => {
+                    let shape = b.value.shape.as_ref().expect("matched Some");
+                    diags.push(
+                        shape
+                            .diag(format!("unknown backoff shape \"{other}\""))
+                            .label("not a valid shape")
+                            .hint("use \"exponential\" (initial × multiplier^n) or \"linear\" (initial × n)"),
+                    );
+                    return Vec::new();
+                }
+            };
+            if linear && let Some(m) = &b.value.multiplier {
+                diags.push(
+                    m.diag("a linear backoff has no multiplier")
+                        .label("not used by shape = \"linear\"")
+                        .hint("a linear backoff waits initial × n, capped at max: remove `multiplier`"),
+                );
+                return Vec::new();
+            }
             let multiplier = b.value.multiplier.as_ref().map_or(2.0, |m| m.value);
             if let Some(m) = &b.value.multiplier
                 && m.value < 1.0
@@ -423,12 +451,52 @@ fn hop_delays(
             let first = initial.value.as_millis() as f64;
             (0..hops)
                 .map(|h| {
-                    let ms = (first * multiplier.powi(h as i32)).min(cap).round() as u64;
-                    Duration::from_millis(ms)
+                    let grown = if linear { first * (h + 1) as f64 } else { first * multiplier.powi(h as i32) };
+                    Duration::from_millis(grown.min(cap).round() as u64)
                 })
                 .collect()
         }
     }
+}
+
+/// Native delayed retry (RabbitMQ 4.3) is a quorum queue's: it redelivers a message failed n
+/// times after min × n, capped at max, and dead-letters it past its delivery limit. A spec it
+/// cannot express is refused with the nearest one it can.
+fn check_native(f: &super::parse::Fields, queue_type: QueueType, hop_delays: &[Duration], diags: &mut Vec<Diagnostic>) {
+    if queue_type == QueueType::Classic
+        && let Some(loc) = &f.queue_type
+    {
+        diags.push(
+            loc.diag("strategy \"native\" needs quorum queues")
+                .label("classic queues cannot delay a retry")
+                .hint("native delayed retry is a quorum queue feature (RabbitMQ 4.3): use queue_type = \"quorum\", or strategy = \"republish\" for classic queues"),
+        );
+    }
+    if let Some(limit) = &f.delivery_limit {
+        diags.push(
+            limit.diag("with strategy \"native\" the delivery limit is set by max_attempts").label("not used").hint(
+                "the broker dead-letters a message once it has failed max_attempts times: remove `delivery_limit`",
+            ),
+        );
+    }
+    let (Some(first), Some(max)) = (hop_delays.first(), hop_delays.iter().max()) else { return };
+    let linear = hop_delays.iter().enumerate().all(|(k, d)| *d == (*first * (k as u32 + 1)).min(*max));
+    if linear {
+        return;
+    }
+    let at =
+        f.backoff.as_ref().map(|b| (b.file, b.span.clone())).or(f.delays.as_ref().map(|d| (d.file, d.span.clone())));
+    let Some((file, span)) = at else { return };
+    let delays: Vec<String> = hop_delays.iter().map(|d| super::format_duration(*d)).collect();
+    diags.push(
+        Diagnostic::new(file, span, format!("RabbitMQ's native retry cannot wait {}", delays.join(", ")))
+            .label("not a linear schedule")
+            .hint(format!(
+                "native retry waits initial × n, capped at max; the nearest: backoff = {{ initial = \"{}\", max = \"{}\", shape = \"linear\" }}",
+                super::format_duration(*first),
+                super::format_duration(*max)
+            )),
+    );
 }
 
 /// What is wrong with a vhost name RabbitMQ or a terminal cannot take, if anything.
@@ -525,7 +593,7 @@ fn check_within(p: &Placed, diags: &mut Vec<Diagnostic>) {
     }
     let mut exchanges =
         vec![(&t.exchange, "main", &p.exchange), (&t.dead_letter_exchange, "dead-letter", &p.dead_letter_exchange)];
-    if t.hops() > 0 || t.strategy == Strategy::Chain {
+    if t.uses_retry_exchange() {
         exchanges.push((&t.retry_exchange, "retry", &p.retry_exchange));
     }
     for (i, (a, role_a, _)) in exchanges.iter().enumerate() {
@@ -577,7 +645,7 @@ fn check_collisions(placed: &[Placed], diags: &mut Vec<Diagnostic>) {
             );
         }
         let mut mine = vec![(&t.exchange, "main"), (&t.dead_letter_exchange, "dead-letter")];
-        if t.hops() > 0 || t.strategy == Strategy::Chain {
+        if t.uses_retry_exchange() {
             mine.push((&t.retry_exchange, "retry"));
         }
         for (name, role) in mine {

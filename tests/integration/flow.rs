@@ -279,4 +279,69 @@ on_every_broker!(
     chain_classic = every_hop("chain", "classic"),
     delay_change_republish = delay_change("republish"),
     delay_change_chain = delay_change("chain"),
+    native_retry,
 );
+
+/// RabbitMQ 4.3's native delayed retry, with real messages: the example consumer rejects with
+/// requeue as the contract says, the broker holds each message back min × n (capped at max)
+/// before the next attempt, and dead-letters it after exactly max_attempts deliveries, once. On
+/// older releases apply refuses before changing anything.
+async fn native_retry(broker: Broker) {
+    let vhost = Vhost::new(broker, "flow-native").await;
+    let spec = vhost.spec(
+        "orders.toml",
+        r#"
+        [topology.orders]
+        exchange_type = "topic"
+        routing_keys = ["order.*"]
+        strategy = "native"
+        backoff = { initial = "400ms", max = "600ms", shape = "linear" }
+        max_attempts = 4
+        "#,
+    );
+    let spec = spec.to_str().unwrap();
+    if broker.version() < (4, 3) {
+        let out = vhost.hopper(&["apply", spec]);
+        assert_eq!(out.status.code(), Some(2));
+        let stderr = support::text(&out.stderr);
+        assert!(stderr.contains("needs RabbitMQ 4.3") && stderr.contains("nothing was changed"), "{stderr}");
+        assert_eq!(support::count(&vhost.connect().await, "orders").await, None, "nothing was created");
+        return;
+    }
+    let (code, report) = vhost.json(&["apply", spec]);
+    assert_eq!(code, Some(0), "{report:#}");
+    let (code, diff) = vhost.json(&["diff", spec]);
+    assert_eq!((code, &diff["in_sync"]), (Some(0), &json!(true)), "{diff:#}");
+
+    let contract = contract_of(&vhost, std::path::Path::new(spec));
+    let (consumer, log, task) = failing_consumer(&vhost, &contract).await;
+    let admin = vhost.connect().await;
+    let ids: Vec<String> = (0..5).map(|i| format!("order-{i}")).collect();
+    support::publish(&admin, "orders", "order.created", &ids).await;
+    support::wait_for_count(&admin, "orders.dlq", ids.len() as u32, Duration::from_secs(60)).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    consumer.close(200, "done".into()).await.unwrap();
+    let _ = task.await;
+
+    let log = log.lock().unwrap().clone();
+    assert_eq!(log.keys().cloned().collect::<Vec<_>>(), ids, "every message and only them");
+    for (id, seen) in &log {
+        let attempts: Vec<u32> = seen.iter().map(|s| s.attempt).collect();
+        assert_eq!(attempts, vec![1, 2, 3, 4], "{id}: exactly max_attempts deliveries, numbered by the broker");
+        for k in 1..seen.len() {
+            // After the n-th failure the broker waits 400 ms × n, at most 600 ms.
+            let delay = Duration::from_millis((400 * k as u64).min(600));
+            let waited = seen[k].at - seen[k - 1].at;
+            assert!(waited >= delay, "{id}: waited {waited:?} before attempt {}, less than {delay:?}", k + 1);
+        }
+    }
+    let parked = support::drain(&admin, "orders.dlq").await;
+    let mut parked_ids: Vec<String> = parked.iter().map(|m| support::message_id(&m.delivery.properties)).collect();
+    parked_ids.sort();
+    assert_eq!(parked_ids, ids, "each message dead-lettered exactly once");
+    for m in &parked {
+        let deaths = support::deaths(&m.delivery.properties);
+        assert_eq!(deaths, [("orders".to_string(), "rejected".to_string())], "one death: the last attempt's reject");
+    }
+    assert_eq!(support::count(&admin, "orders").await, Some(0));
+}
