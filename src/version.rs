@@ -55,20 +55,20 @@ impl Version {
         self.at_least(4, 3)
     }
 
-    /// A passive declaration needs the `configure` permission on the queue since 4.3 (#16085).
-    pub fn passive_declare_needs_configure(self) -> bool {
-        self.at_least(4, 3)
-    }
-
-    /// Why this release refuses to declare a queue with this argument, if it does: 4.3 refuses
-    /// `x-queue-mode` and `x-queue-version = 1` (classic queue v1 is gone).
+    /// Why this release refuses to declare a queue with this argument, if it does. Measured on
+    /// 4.3.6: `x-queue-version = 1` is refused (406, classic queue v1 is gone) and
+    /// `x-queue-master-locator` closes the connection (541, a deprecated feature no longer
+    /// permitted); `x-queue-mode` is still accepted, as is a passive declaration without the
+    /// configure permission, though the 4.3 release notes announce both changes.
     pub fn refuses_argument(self, key: &str, value: &crate::model::ArgValue) -> Option<&'static str> {
         if !self.at_least(4, 3) {
             return None;
         }
         match (key, value.as_int()) {
-            ("x-queue-mode", _) => Some("RabbitMQ 4.3 refuses x-queue-mode (lazy mode is gone)"),
             ("x-queue-version", Some(1)) => Some("RabbitMQ 4.3 refuses x-queue-version = 1 (classic queue v1 is gone)"),
+            ("x-queue-master-locator", _) => {
+                Some("RabbitMQ 4.3 refuses x-queue-master-locator (a deprecated feature, no longer permitted)")
+            }
             _ => None,
         }
     }
@@ -125,8 +125,9 @@ mod tests {
         assert_eq!(v43.delivery_count(), DeliveryCount::FailedOnly);
         assert!(!v40.native_delayed_retry() && v43.native_delayed_retry());
         assert!(!v40.knows_argument("x-delayed-retry-type") && v43.knows_argument("x-delayed-retry-type"));
-        let lazy = crate::model::ArgValue::str("lazy");
-        assert!(v40.refuses_argument("x-queue-mode", &lazy).is_none());
-        assert!(v43.refuses_argument("x-queue-mode", &lazy).is_some());
+        let v1 = crate::model::ArgValue::Int(1);
+        assert!(v40.refuses_argument("x-queue-version", &v1).is_none());
+        assert!(v43.refuses_argument("x-queue-version", &v1).is_some());
+        assert!(v43.refuses_argument("x-queue-mode", &crate::model::ArgValue::str("lazy")).is_none());
     }
 }

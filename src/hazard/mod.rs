@@ -492,6 +492,25 @@ mod tests {
     }
 
     #[test]
+    fn a_release_decides_which_rules_apply() {
+        use crate::model::ArgValue;
+        use crate::version::Version;
+        let upgraded = |v: Version| {
+            let mut n = Network::default().with_queue("old", &[("x-queue-version", ArgValue::Int(1))]).with_queue(
+                "work",
+                &[("x-queue-type", ArgValue::str("quorum")), ("x-dead-letter-exchange", ArgValue::str(""))],
+            );
+            n.version = v;
+            check(&n).into_iter().map(|f| f.rule).collect::<Vec<_>>()
+        };
+        // A queue from before an upgrade that 4.3 would refuse to declare again; a quorum queue
+        // whose redeliveries nothing bounds on 3.x.
+        assert_eq!(upgraded(Version::new(4, 3, 6)), [Rule::ArgumentRefusedByBroker]);
+        assert_eq!(upgraded(Version::new(4, 0, 5)), Vec::<Rule>::new());
+        assert_eq!(upgraded(Version::new(3, 10, 8)), [Rule::RedeliveriesUnbounded]);
+    }
+
+    #[test]
     fn every_rule_has_its_own_id() {
         let ids: std::collections::BTreeSet<_> = Rule::ALL.iter().map(|r| r.id()).collect();
         assert_eq!(ids.len(), Rule::ALL.len());

@@ -127,7 +127,7 @@ impl Rule {
                 "Before RabbitMQ 4.0 a quorum queue has no delivery limit unless one is set: a message a consumer requeues, or whose consumer crashes, comes back forever and no dead-letter queue ever sees it."
             }
             Rule::ArgumentRefusedByBroker => {
-                "RabbitMQ 4.3 refuses to declare a queue with x-queue-mode or x-queue-version = 1: a queue that has one cannot be declared again, by a redeploy, an import or a client."
+                "RabbitMQ 4.3 refuses to declare a queue with x-queue-version = 1 or x-queue-master-locator: a queue that has one cannot be declared again, by a redeploy, an import or a client."
             }
         }
     }

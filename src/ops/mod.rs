@@ -57,12 +57,20 @@ pub(crate) async fn exact_counts(
     // Only left-overs: a queue the spec still has is never pruned, so its count does not matter.
     let wanted = plan::desired_queues(topologies);
     for (name, queue) in live.queues.iter_mut() {
-        if !wanted.contains(name)
-            && topologies.iter().any(|t| plan::left_over(&t.topology, name, queue).is_some())
-            && let Some((messages, consumers)) = session.queue_counts(name).await?
-        {
-            queue.messages = Some(messages.max(queue.messages.unwrap_or(0)));
-            queue.consumers = Some(consumers.max(queue.consumers.unwrap_or(0)));
+        if wanted.contains(name) || !topologies.iter().any(|t| plan::left_over(&t.topology, name, queue).is_some()) {
+            continue;
+        }
+        match session.queue_counts(name).await {
+            Ok(Some((messages, consumers))) => {
+                queue.messages = Some(messages.max(queue.messages.unwrap_or(0)));
+                queue.consumers = Some(consumers.max(queue.consumers.unwrap_or(0)));
+            }
+            Ok(None) => {}
+            // A user without the configure permission (RabbitMQ 4.3 asks it for a passive
+            // declaration) keeps the management API's counts: prune trusts neither alone, it
+            // deletes only with the broker's own if-empty check or a fresh count.
+            Err(e) if e.downcast_ref::<crate::broker::amqp::AccessRefused>().is_some() => {}
+            Err(e) => return Err(e),
         }
     }
     Ok(())

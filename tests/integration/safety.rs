@@ -1144,7 +1144,82 @@ async fn command_line_queue_name_is_never_printed_raw(broker: Broker) {
 // Every per-broker test above, on each broker of the matrix
 // ---------------------------------------------------------------------------------------------
 
+/// A user who may read but not configure (a CI job that only diffs). RabbitMQ 4.3 asks the
+/// configure permission for a passive declaration, which diff uses for the exact counts of
+/// left-over queues: there it keeps the management API's counts instead of failing.
+async fn a_read_only_user_diffs_a_left_over_queue(broker: Broker) {
+    use rabbitmq_http_client::password_hashing;
+    use rabbitmq_http_client::requests::{Permissions, UserParams};
+    let vhost = Vhost::new(broker, "safety-read-only").await;
+    let spec = vhost.spec("orders.toml", "[topology.orders]\ndelays = [\"1s\"]\nmax_attempts = 2\n");
+    assert_eq!(vhost.json(&["apply", s(&spec)]).0, Some(0));
+    let spec = vhost.spec("orders.toml", "[topology.orders]\ndelays = [\"2s\"]\nmax_attempts = 2\n");
+    assert_eq!(vhost.json(&["apply", s(&spec)]).0, Some(0), "the 1s wait queue is now left over");
+
+    let user = support::unique("hopper-test-reader");
+    let api = http::client(&broker.endpoint());
+    let hash = password_hashing::base64_encoded_salted_password_hash_sha256(&password_hashing::salt(), "reader");
+    api.create_user(&UserParams { name: &user, password_hash: &hash, tags: "monitoring" }).await.unwrap();
+    let permissions = Permissions { user: &user, vhost: &vhost.name, configure: "^$", read: ".*", write: "^$" };
+    api.declare_permissions(&permissions).await.unwrap();
+    let amqp = broker.amqp().replace("guest:guest", &format!("{user}:reader"));
+    let management = broker.management().to_string();
+    // The reader signs in to both endpoints with the credentials of the AMQP URL.
+    let out = hopper_with(Some(&amqp), Some(&management), &["--format", "json", "diff", s(&spec)]);
+    // What the broker itself does with the reader's passive declaration, release by release.
+    let url = format!("{amqp}/{}", support::urlencode(&vhost.name));
+    let reader = Connection::connect(&url, lapin::ConnectionProperties::default()).await.unwrap();
+    let channel = reader.create_channel().await.unwrap();
+    let passive = lapin::options::QueueDeclareOptions { passive: true, ..Default::default() };
+    let declared = channel.queue_declare("orders.wait-1s".into(), passive, FieldTable::default()).await;
+    let _ = reader.close(200, "done".into()).await;
+    let _ = api.delete_user(&user, true).await;
+    // The 4.3 release notes announce that a passive declaration needs the configure permission;
+    // 4.3.6 does not ask it, any more than 3.10 and 4.0 do. If a release starts asking, this
+    // fails, and hopper's diff above must still have worked (it keeps the API's counts).
+    assert!(declared.is_ok(), "RabbitMQ {:?}: a passive declaration without configure: {declared:?}", broker.version());
+    let stderr = support::text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "drift, not an error: {stderr}");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    support::one(
+        &report["vhosts"][0]["objects"],
+        &json!({"status": "extra", "kind": "queue", "name": "orders.wait-1s", "messages": 0}),
+    );
+}
+
+/// What each release does with arguments 4.3 no longer takes, as `Version::refuses_argument`
+/// says, measured: 3.10 and 4.0 declare a queue with any of them; 4.3 refuses
+/// x-queue-version = 1 and x-queue-master-locator, and still takes x-queue-mode.
+async fn arguments_refused_by_release(broker: Broker) {
+    use lapin::types::AMQPValue;
+    let vhost = Vhost::new(broker, "safety-refused-args").await;
+    let release = hopper::version::Version::new(broker.version().0, broker.version().1, 0);
+    for (name, key, value, ours) in [
+        ("v1", "x-queue-version", AMQPValue::LongLongInt(1), hopper::model::ArgValue::Int(1)),
+        (
+            "locator",
+            "x-queue-master-locator",
+            AMQPValue::LongString("min-masters".into()),
+            hopper::model::ArgValue::str("min-masters"),
+        ),
+        ("lazy", "x-queue-mode", AMQPValue::LongString("lazy".into()), hopper::model::ArgValue::str("lazy")),
+    ] {
+        // A connection each: 4.3 closes the whole connection over a deprecated feature.
+        let connection = vhost.connect().await;
+        let channel = connection.create_channel().await.unwrap();
+        let mut args = FieldTable::default();
+        args.insert(key.into(), value);
+        let durable = lapin::options::QueueDeclareOptions { durable: true, ..Default::default() };
+        let declared = channel.queue_declare(name.into(), durable, args).await;
+        let refused = release.refuses_argument(key, &ours).is_some();
+        assert_eq!(declared.is_err(), refused, "RabbitMQ {:?} and {key}: {declared:?}", broker.version());
+        let _ = connection.close(200, "done".into()).await;
+    }
+}
+
 on_every_broker!(
+    arguments_refused_by_release,
+    a_read_only_user_diffs_a_left_over_queue,
     bindings_that_print_alike_are_two_bindings,
     classic_to_quorum_hint_pasted,
     quorum_to_classic_hint_pasted,
