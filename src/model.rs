@@ -6,23 +6,43 @@
 use std::borrow::{Borrow, Cow};
 use std::fmt;
 use std::ops::Deref;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 macro_rules! name_type {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
-        #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-        #[serde(transparent)]
-        pub struct $name(String);
+        /// Shared, not copied: the same name appears in a queue, its bindings and every network
+        /// built from them, a million times in a large spec.
+        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $name(Arc<str>);
 
         impl $name {
             pub fn new(name: impl Into<String>) -> Self {
-                $name(name.into())
+                $name(Arc::from(name.into()))
             }
 
             pub fn as_str(&self) -> &str {
                 &self.0
+            }
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                $name(Arc::from(""))
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(&self.0)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                String::deserialize(d).map($name::new)
             }
         }
 
@@ -47,49 +67,49 @@ macro_rules! name_type {
 
         impl From<&str> for $name {
             fn from(s: &str) -> Self {
-                $name(s.to_string())
+                $name(Arc::from(s))
             }
         }
 
         impl From<String> for $name {
             fn from(s: String) -> Self {
-                $name(s)
+                $name(Arc::from(s))
             }
         }
 
         impl PartialEq<str> for $name {
             fn eq(&self, other: &str) -> bool {
-                self.0 == other
+                &*self.0 == other
             }
         }
 
         impl PartialEq<&str> for $name {
             fn eq(&self, other: &&str) -> bool {
-                self.0 == *other
+                &*self.0 == *other
             }
         }
 
         impl PartialEq<$name> for str {
             fn eq(&self, other: &$name) -> bool {
-                self == other.0
+                self == &*other.0
             }
         }
 
         impl PartialEq<$name> for &str {
             fn eq(&self, other: &$name) -> bool {
-                *self == other.0
+                *self == &*other.0
             }
         }
 
         impl PartialEq<String> for $name {
             fn eq(&self, other: &String) -> bool {
-                self.0 == *other
+                &*self.0 == other.as_str()
             }
         }
 
         impl PartialEq<$name> for String {
             fn eq(&self, other: &$name) -> bool {
-                *self == other.0
+                self.as_str() == &*other.0
             }
         }
     };
@@ -107,7 +127,7 @@ name_type!(
 impl ExchangeName {
     /// The default exchange, which routes to the queue named by the routing key.
     pub fn default_exchange() -> Self {
-        ExchangeName(String::new())
+        ExchangeName(Arc::from(""))
     }
 
     pub fn is_default(&self) -> bool {
@@ -165,20 +185,56 @@ pub type ArgKey = Cow<'static, str>;
 
 /// Arguments by key (`x-message-ttl`, ...), in key order. A sorted list rather than a map: a
 /// queue has a handful of arguments, and a map per queue costs far more memory than the list.
-#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Arguments(Vec<(ArgKey, ArgValue)>);
+/// Shared until changed: a network built from a spec holds the spec's arguments, not copies.
+#[derive(Debug, Clone, Default)]
+pub struct Arguments(Option<Arc<Vec<(ArgKey, ArgValue)>>>);
+
+// Compared by their entries: no arguments is the same whether or not a list was ever made.
+impl PartialEq for Arguments {
+    fn eq(&self, other: &Self) -> bool {
+        self.entries() == other.entries()
+    }
+}
+
+impl Eq for Arguments {}
+
+impl PartialOrd for Arguments {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Arguments {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.entries().cmp(other.entries())
+    }
+}
+
+impl std::hash::Hash for Arguments {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.entries().hash(state);
+    }
+}
 
 impl Arguments {
-    pub fn new() -> Self {
-        Arguments(Vec::new())
+    pub const fn new() -> Self {
+        Arguments(None)
+    }
+
+    fn entries(&self) -> &[(ArgKey, ArgValue)] {
+        self.0.as_deref().map_or(&[], Vec::as_slice)
+    }
+
+    fn entries_mut(&mut self) -> &mut Vec<(ArgKey, ArgValue)> {
+        Arc::make_mut(self.0.get_or_insert_with(Default::default))
     }
 
     fn position(&self, key: &str) -> Result<usize, usize> {
-        self.0.binary_search_by(|(k, _)| k.as_ref().cmp(key))
+        self.entries().binary_search_by(|(k, _)| k.as_ref().cmp(key))
     }
 
     pub fn get(&self, key: &str) -> Option<&ArgValue> {
-        self.position(key).ok().map(|i| &self.0[i].1)
+        self.position(key).ok().map(|i| &self.entries()[i].1)
     }
 
     pub fn contains_key(&self, key: &str) -> bool {
@@ -189,9 +245,9 @@ impl Arguments {
     pub fn insert(&mut self, key: impl Into<ArgKey>, value: ArgValue) -> Option<ArgValue> {
         let key = key.into();
         match self.position(&key) {
-            Ok(i) => Some(std::mem::replace(&mut self.0[i].1, value)),
+            Ok(i) => Some(std::mem::replace(&mut self.entries_mut()[i].1, value)),
             Err(i) => {
-                self.0.insert(i, (key, value));
+                self.entries_mut().insert(i, (key, value));
                 None
             }
         }
@@ -201,28 +257,29 @@ impl Arguments {
     pub fn insert_if_absent(&mut self, key: impl Into<ArgKey>, value: ArgValue) {
         let key = key.into();
         if let Err(i) = self.position(&key) {
-            self.0.insert(i, (key, value));
+            self.entries_mut().insert(i, (key, value));
         }
     }
 
     pub fn remove(&mut self, key: &str) -> Option<ArgValue> {
-        self.position(key).ok().map(|i| self.0.remove(i).1)
+        let i = self.position(key).ok()?;
+        Some(self.entries_mut().remove(i).1)
     }
 
     pub fn keys(&self) -> impl Iterator<Item = &str> {
-        self.0.iter().map(|(k, _)| k.as_ref())
+        self.entries().iter().map(|(k, _)| k.as_ref())
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&str, &ArgValue)> {
-        self.0.iter().map(|(k, v)| (k.as_ref(), v))
+        self.entries().iter().map(|(k, v)| (k.as_ref(), v))
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.entries().is_empty()
     }
 
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.entries().len()
     }
 }
 
@@ -234,7 +291,7 @@ impl<K: Into<ArgKey>> FromIterator<(K, ArgValue)> for Arguments {
         all.sort_by(|a, b| a.0.cmp(&b.0));
         all.dedup_by(|later, earlier| later.0 == earlier.0);
         all.shrink_to_fit();
-        Arguments(all)
+        Arguments((!all.is_empty()).then(|| Arc::new(all)))
     }
 }
 
