@@ -160,7 +160,7 @@ fn drawing(v: usize, n: &Network) -> Drawing {
             Reason::ALL.iter().filter(|r| n.can_dead_letter(name, **r)).map(|r| r.as_str()).collect();
         if let DeadLetter::Routed { exchange, routing_key, queues, .. } = n.dead_letter(name) {
             let via = if exchange.is_default() { "default exchange".to_string() } else { exchange.to_string() };
-            let key = routing_key.map(|k| format!(" {k:?}")).unwrap_or_default();
+            let key = routing_key.map(|k| format!(" \"{k}\"")).unwrap_or_default();
             let from = id(Node::Queue(name.clone()), &mut nodes);
             for q in queues {
                 let to = id(Node::Queue(q), &mut nodes);
