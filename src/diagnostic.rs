@@ -14,14 +14,26 @@ pub type FileId = usize;
 /// Every spec file read in one run, kept so that errors can quote them.
 #[derive(Default)]
 pub struct Sources {
+    /// As quoted in diagnostics: every character that could rewrite a terminal replaced by as
+    /// many `?` as it has bytes, so spans still fall where they should.
     files: SimpleFiles<String, String>,
+    /// As read, for parsing.
+    texts: Vec<String>,
     paths: Vec<PathBuf>,
 }
 
 impl Sources {
     pub fn add(&mut self, path: PathBuf, text: String) -> FileId {
         self.paths.push(path.clone());
-        self.files.add(path.display().to_string(), text)
+        let shown: String = text
+            .chars()
+            .map(|c| {
+                let keep = matches!(c, '\n' | '\r' | '\t') || !crate::model::is_unsafe_char(c);
+                if keep { c.to_string() } else { "?".repeat(c.len_utf8()) }
+            })
+            .collect();
+        self.texts.push(text);
+        self.files.add(crate::output::safe(&path.display().to_string()).into_owned(), shown)
     }
 
     pub fn len(&self) -> usize {
@@ -33,7 +45,7 @@ impl Sources {
     }
 
     pub fn text(&self, file: FileId) -> &str {
-        self.files.get(file).map(|f| f.source().as_str()).unwrap_or("")
+        self.texts.get(file).map_or("", String::as_str)
     }
 
     pub fn path(&self, file: FileId) -> &std::path::Path {

@@ -25,6 +25,8 @@ pub struct LiveExchange {
     pub kind: ExchangeType,
     pub durable: bool,
     pub auto_delete: bool,
+    /// Read over AMQP only: the management client hopper uses does not report it.
+    pub internal: bool,
     pub arguments: Arguments,
 }
 

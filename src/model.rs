@@ -135,6 +135,14 @@ impl ExchangeName {
     }
 }
 
+/// A character that can change what a terminal shows rather than show itself: a control
+/// character (an escape sequence, a newline, a NUL) or a bidirectional or invisible format
+/// character (U+202E turns the rest of a line around). Refused in a spec, escaped in output.
+pub fn is_unsafe_char(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{061C}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
+}
+
 /// An x-argument value. RabbitMQ compares every integer width as equal, so one integer type is
 /// enough; strings are strings whatever AMQP type carried them.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]

@@ -55,14 +55,28 @@ pub fn paint(text: &str, ansi: &str) -> String {
 /// A name or message from a spec or a broker, safe to print on a terminal: control characters
 /// (an escape sequence, a newline, a NUL) are shown as escapes, never written raw.
 pub fn safe(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(char::is_control) {
+    if !text.chars().any(crate::model::is_unsafe_char) {
         return std::borrow::Cow::Borrowed(text);
     }
     std::borrow::Cow::Owned(
-        text.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect(),
+        text.chars()
+            .map(|c| if crate::model::is_unsafe_char(c) { c.escape_unicode().to_string() } else { c.to_string() })
+            .collect(),
     )
 }
 
 pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn nothing_that_rewrites_a_terminal_is_printed_raw() {
+        for name in ["esc\u{1b}[2J", "rtl\u{202e}gnp.exe", "zero\u{200b}width", "nul\0"] {
+            let shown = super::safe(name);
+            assert!(!shown.chars().any(crate::model::is_unsafe_char), "{shown:?}");
+        }
+        assert_eq!(super::safe("orders.dlq -> é"), "orders.dlq -> é");
+    }
 }

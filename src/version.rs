@@ -46,6 +46,13 @@ impl Version {
         self.at_least(4, 0).then_some(20)
     }
 
+    /// What a negative delivery limit means: unlimited since 4.0; on 3.x the broker accepts it
+    /// and then drops (or dead-letters) a message at its first return, as a limit of 0 (measured
+    /// on 3.10.8).
+    pub fn negative_delivery_limit(self) -> Option<i64> {
+        (!self.at_least(4, 0)).then_some(0)
+    }
+
     pub fn delivery_count(self) -> DeliveryCount {
         if self.at_least(4, 3) { DeliveryCount::FailedOnly } else { DeliveryCount::EveryReturn }
     }
@@ -122,6 +129,7 @@ mod tests {
         let (v3, v40, v43) = (Version::new(3, 10, 8), Version::new(4, 0, 5), Version::new(4, 3, 6));
         assert_eq!((v3.default_delivery_limit(), v40.default_delivery_limit()), (None, Some(20)));
         assert_eq!(v40.delivery_count(), DeliveryCount::EveryReturn);
+        assert_eq!((v3.negative_delivery_limit(), v40.negative_delivery_limit()), (Some(0), None));
         assert_eq!(v43.delivery_count(), DeliveryCount::FailedOnly);
         assert!(!v40.native_delayed_retry() && v43.native_delayed_retry());
         assert!(!v40.knows_argument("x-delayed-retry-type") && v43.knows_argument("x-delayed-retry-type"));

@@ -23,6 +23,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 pub struct Session {
     connection: Arc<Connection>,
     channel: Channel,
+    /// How the node this session talks to introduced itself.
+    identity: Arc<super::identity::Identity>,
 }
 
 /// How many channels `execute` declares on at once. The broker handles one method at a time per
@@ -37,19 +39,35 @@ pub enum Outcome {
 }
 
 impl Session {
-    pub async fn connect(endpoint: &Endpoint, vhost: &str) -> Result<Session> {
+    /// Connects to the first node that answers and belongs to `cluster` (its greeting's cluster
+    /// name): a node of another cluster in the list is never written to, whatever else fails.
+    pub async fn connect(endpoint: &Endpoint, vhost: &str, cluster: &str) -> Result<Session> {
         let mut failures = Vec::new();
         for node in &endpoint.nodes {
             let mut uri = node.clone();
             uri.vhost = vhost.to_string();
             let address = format!("{}:{}", uri.authority.host, uri.authority.port);
+            let identity = match super::identity::of(node).await {
+                Ok(identity) if identity.cluster_name == cluster => Arc::new(identity),
+                Ok(identity) => {
+                    failures.push(format!(
+                        "{address}: cluster `{}`, not `{cluster}`: a node of another cluster, not used",
+                        identity.cluster_name
+                    ));
+                    continue;
+                }
+                Err(e) => {
+                    failures.push(format!("{address}: {e:#}"));
+                    continue;
+                }
+            };
             let attempt =
                 tokio::time::timeout(CONNECT_TIMEOUT, Connection::connect_uri(uri, ConnectionProperties::default()))
                     .await;
             match attempt {
                 Ok(Ok(connection)) => {
                     let channel = connection.create_channel().await?;
-                    return Ok(Session { connection: Arc::new(connection), channel });
+                    return Ok(Session { connection: Arc::new(connection), channel, identity });
                 }
                 Ok(Err(e)) => {
                     failures.push(format!("{address}: {}", explain_connect_error(&e, vhost, endpoint.username())))
@@ -60,6 +78,11 @@ impl Session {
         bail!("cannot connect to RabbitMQ over AMQP ({})", failures.join("; "))
     }
 
+    /// The cluster and release of the node this session talks to.
+    pub fn identity(&self) -> &super::identity::Identity {
+        &self.identity
+    }
+
     pub async fn close(self) {
         let _ = self.connection.close(200, "bye".into()).await;
     }
@@ -67,7 +90,7 @@ impl Session {
     /// Another session on the same connection, with a channel of its own.
     async fn lane(&self) -> Result<Session> {
         let channel = self.connection.create_channel().await.context("opening an AMQP channel")?;
-        Ok(Session { connection: self.connection.clone(), channel })
+        Ok(Session { connection: self.connection.clone(), channel, identity: self.identity.clone() })
     }
 
     async fn reopen(&mut self) -> Result<()> {
@@ -102,6 +125,7 @@ impl Session {
                             kind: e.kind.clone(),
                             durable: e.durable,
                             auto_delete: false,
+                            internal: false,
                             arguments: Arguments::new(),
                         };
                         if let Outcome::Refused(text) = self.declare_exchange(e).await? {
@@ -109,6 +133,7 @@ impl Session {
                                 Some(Difference { property, live: Some(value), .. }) => match (property, value) {
                                     (Property::Durable, ArgValue::Bool(b)) => found.durable = b,
                                     (Property::AutoDelete, ArgValue::Bool(b)) => found.auto_delete = b,
+                                    (Property::Internal, ArgValue::Bool(b)) => found.internal = b,
                                     (_, value) => found.kind = ExchangeType::Other(value.to_string()),
                                 },
                                 _ => found.kind = ExchangeType::Other(format!("refused: {text}")),
@@ -280,7 +305,7 @@ impl Session {
                                 describe(&step)
                             )
                         })?;
-                        let stop = matches!(outcome, Outcome::Refused(_)) && !matches!(step, Step::Delete { .. });
+                        let stop = matches!(outcome, Outcome::Refused(_)) && step.refusal_stops_the_run();
                         done.push((i, outcome));
                         if stop {
                             break;
@@ -295,7 +320,7 @@ impl Session {
                 let done = joined.context("an AMQP task failed")??;
                 refused |= done
                     .iter()
-                    .any(|(i, o)| matches!(o, Outcome::Refused(_)) && !matches!(plan.steps[*i], Step::Delete { .. }));
+                    .any(|(i, o)| matches!(o, Outcome::Refused(_)) && plan.steps[*i].refusal_stops_the_run());
                 outcomes.extend(done);
             }
             if refused {
@@ -320,10 +345,17 @@ impl Session {
     }
 
     /// A broker refusal (a channel error) becomes an `Outcome`; the channel is reopened.
+    /// A permission the user lacks (403) is an error, never a refusal to plan around: a probe
+    /// would otherwise take it for an argument that differs and offer to recreate a queue that
+    /// is exactly right.
     async fn outcome<T>(&mut self, r: lapin::Result<T>) -> Result<Outcome> {
         match r {
             Ok(_) => Ok(Outcome::Done),
             Err(e) => match soft_error(&e) {
+                Some((403, text)) => {
+                    self.reopen().await?;
+                    Err(anyhow::Error::new(AccessRefused(text)))
+                }
                 Some((_, text)) => {
                     self.reopen().await?;
                     Ok(Outcome::Refused(text))
@@ -356,8 +388,10 @@ impl Session {
     }
 }
 
-/// The broker refused a passive declaration for want of a permission. (RabbitMQ 4.3's release
-/// notes say it needs `configure` on the queue, #16085; 4.3.6 measured here does not ask it.)
+/// The broker refused a declaration for want of a permission (403). Declaring a queue needs
+/// configure on it, read on it and write on its dead-letter exchange; binding needs write on
+/// the queue and read on the exchange. (RabbitMQ 4.3's release notes say a passive declaration
+/// needs configure too, #16085; 4.3.6 measured here does not ask it.)
 #[derive(Debug)]
 pub struct AccessRefused(pub String);
 
@@ -365,7 +399,7 @@ impl std::fmt::Display for AccessRefused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "the broker refused a passive declaration ({}): the user lacks a permission on the queue (RabbitMQ 4.3's release notes say it needs configure)",
+            "the broker refused for want of a permission ({}): grant the user configure and read on the topology's queues and exchanges and write on its exchanges (`rabbitmqctl set_permissions`), or run with a user that has them",
             self.0
         )
     }
@@ -442,6 +476,7 @@ pub fn parse_inequivalent(text: &str) -> Option<Difference> {
     let property = match argument.as_str() {
         "durable" => Property::Durable,
         "auto_delete" => Property::AutoDelete,
+        "internal" => Property::Internal,
         "type" => Property::Type,
         _ => Property::Argument(argument),
     };

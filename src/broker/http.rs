@@ -57,6 +57,8 @@ pub async fn read(endpoint: &Endpoint, vhost: &str) -> Result<Live> {
             kind: e.exchange_type.as_str().into(),
             durable: e.durable,
             auto_delete: e.auto_delete,
+            // rabbitmq_http_client's listing leaves `internal` out (see the README).
+            internal: false,
             arguments,
         };
         live.exchanges.insert(e.name.into(), exchange);

@@ -31,13 +31,20 @@ pub async fn amqp(endpoint: &Endpoint) -> Result<(String, Identity)> {
     let mut failures = Vec::new();
     for node in &endpoint.nodes {
         let address = format!("{}:{}", node.authority.host, node.authority.port);
-        match tokio::time::timeout(TIMEOUT, start(node)).await {
-            Ok(Ok(identity)) => return Ok((address, identity)),
-            Ok(Err(e)) => failures.push(format!("{address}: {e:#}")),
-            Err(_) => failures.push(format!("{address}: no answer within {}s", TIMEOUT.as_secs())),
+        match of(node).await {
+            Ok(identity) => return Ok((address, identity)),
+            Err(e) => failures.push(format!("{address}: {e:#}")),
         }
     }
     bail!("cannot reach RabbitMQ over AMQP ({})", failures.join("; "))
+}
+
+/// The cluster one node belongs to.
+pub async fn of(node: &AMQPUri) -> Result<Identity> {
+    match tokio::time::timeout(TIMEOUT, start(node)).await {
+        Ok(result) => result,
+        Err(_) => bail!("no answer within {}s", TIMEOUT.as_secs()),
+    }
 }
 
 async fn start(node: &AMQPUri) -> Result<Identity> {

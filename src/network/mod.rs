@@ -383,6 +383,7 @@ impl Network {
         }
         match self.setting(queue, Setting::DeliveryLimit).map(|e| e.value) {
             Some(ArgValue::Int(n)) if n >= 0 => Some(n),
+            Some(ArgValue::Int(_)) => self.version.negative_delivery_limit(),
             Some(_) => None,
             None => self.version.default_delivery_limit(),
         }

@@ -53,10 +53,7 @@ impl Report {
     /// Refusals that stopped the run. A prune deletion the broker refused (the queue is no
     /// longer empty) is not one: the queue was kept, which is what the refusal is for.
     pub fn refused(&self) -> usize {
-        self.vhosts
-            .iter()
-            .map(|v| v.refused.iter().filter(|(i, _)| !matches!(v.steps[*i], Step::Delete { .. })).count())
-            .sum()
+        self.vhosts.iter().map(|v| v.refused.iter().filter(|(i, _)| v.steps[*i].refusal_stops_the_run()).count()).sum()
     }
 }
 
@@ -64,16 +61,22 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], req
     super::runtime()?.block_on(async {
         let options = Options { prune: request.prune, admin: Some(endpoint.admin()) };
         // Read one broker and write another? Never: both endpoints must be one cluster.
+        // Without the management API, the cluster is the one the first AMQP node names; every
+        // session connects only to nodes of it.
         let amqp_identity = identity::amqp(endpoint).await?;
-        if let Ok(http_identity) = http::identity(endpoint).await {
-            identity::same_cluster(endpoint, &amqp_identity, &http_identity)?;
-        }
-        let all: Vec<&CompiledTopology> = by_vhost.iter().flat_map(|(_, t)| t.iter().copied()).collect();
-        super::check_release(&amqp_identity.1.version, &all)?;
+        let cluster = match http::identity(endpoint).await {
+            Ok(http_identity) => {
+                identity::same_cluster(endpoint, &amqp_identity, &http_identity)?;
+                http_identity.cluster_name
+            }
+            Err(_) => amqp_identity.1.cluster_name.clone(),
+        };
         // Plan every vhost before changing any: a conflict anywhere stops the whole run.
         let mut work = Vec::new();
         for (vhost, topologies) in by_vhost {
-            let mut session = amqp::Session::connect(endpoint, vhost).await?;
+            let mut session = amqp::Session::connect(endpoint, vhost, &cluster).await?;
+            // What is written is judged by the release of the node it is written to.
+            super::check_release(&session.identity().version, topologies)?;
             let (mut live, read_from, note) = match http::read(endpoint, vhost).await {
                 Ok(mut live) => {
                     super::exact_counts(&mut session, &mut live, topologies).await?;

@@ -140,7 +140,7 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)]) -> 
             };
             // Exact message counts for left-over queues, when AMQP is reachable too.
             if amqp_identity.is_some()
-                && let Ok(mut session) = amqp::Session::connect(endpoint, vhost).await
+                && let Ok(mut session) = amqp::Session::connect(endpoint, vhost, &http_identity.cluster_name).await
             {
                 super::exact_counts(&mut session, &mut live, topologies).await?;
                 session.close().await;

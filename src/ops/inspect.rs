@@ -85,14 +85,17 @@ pub struct SettingValue {
 
 pub fn run(endpoint: &Endpoint, request: &Request) -> Result<Vec<Report>> {
     let runtime = super::runtime()?;
-    if request.peek.is_some() {
-        // A peek reads over AMQP what was judged safe on the management API's broker: both must
-        // be one cluster before either is read.
-        runtime.block_on(async {
+    // A peek reads over AMQP what was judged safe on the management API's broker: both must be
+    // one cluster before either is read.
+    let cluster = match request.peek {
+        Some(_) => Some(runtime.block_on(async {
             let amqp_identity = identity::amqp(endpoint).await?;
-            identity::same_cluster(endpoint, &amqp_identity, &http::identity(endpoint).await?)
-        })?;
-    }
+            let http_identity = http::identity(endpoint).await?;
+            identity::same_cluster(endpoint, &amqp_identity, &http_identity)?;
+            anyhow::Ok(http_identity.cluster_name)
+        })?),
+        None => None,
+    };
     let mut reports = Vec::new();
     for scope in &request.scopes {
         let vhost = &scope.vhost;
@@ -119,7 +122,8 @@ pub fn run(endpoint: &Endpoint, request: &Request) -> Result<Vec<Report>> {
                     bail!("{refusal}");
                 }
                 let peeked = runtime.block_on(async {
-                    let mut session = Session::connect(endpoint, vhost).await?;
+                    let cluster = cluster.as_deref().expect("checked when a peek was asked for");
+                    let mut session = Session::connect(endpoint, vhost, cluster).await?;
                     let peeked = session.peek(queue, limit).await;
                     session.close().await;
                     peeked

@@ -30,9 +30,11 @@ pub(super) fn steps(topologies: &[&CompiledTopology], live: &Live, wanted: &BTre
     if let Some(bindings) = &live.bindings {
         for b in bindings.iter().filter(|b| !wanted.contains(&Key::Binding(b))) {
             let Destination::Queue(destination) = &b.destination else { continue };
-            let ours = topologies.iter().any(|t| {
-                let t = &t.topology;
-                let own_queue = queues.contains(destination) || left_overs.contains_key(destination);
+            let ours = topologies.iter().any(|c| {
+                let t = &c.topology;
+                // This topology's queues, now or under an earlier spec: not another topology's.
+                let own_queue = c.queue(destination).is_some()
+                    || (left_overs.contains_key(destination) && t.owns_queue(destination));
                 (b.source == t.exchange && *destination == t.queue)
                     || ((b.source == t.retry_exchange || b.source == t.dead_letter_exchange) && own_queue)
             });

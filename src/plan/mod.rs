@@ -42,6 +42,8 @@ pub enum Property {
     Type,
     Durable,
     AutoDelete,
+    /// An internal exchange takes no publish from a client: producers' messages are refused.
+    Internal,
 }
 
 impl Property {
@@ -51,6 +53,7 @@ impl Property {
             Property::Type => "type",
             Property::Durable => "durable",
             Property::AutoDelete => "auto_delete",
+            Property::Internal => "internal",
         }
     }
 }
@@ -165,6 +168,12 @@ impl Step {
 
     pub fn changes(&self) -> bool {
         self.action().changes()
+    }
+
+    /// Whether the broker refusing this step stops the run. A prune deletion it refuses (the
+    /// queue is no longer empty) does not: the queue is kept, which is what the refusal is for.
+    pub fn refusal_stops_the_run(&self) -> bool {
+        !matches!(self, Step::Delete { .. })
     }
 }
 
@@ -385,6 +394,7 @@ fn exchange_differences(e: &Exchange, l: &LiveExchange) -> Vec<Difference> {
     }
     flag(&mut d, Property::Durable, l.durable, e.durable);
     flag(&mut d, Property::AutoDelete, l.auto_delete, false);
+    flag(&mut d, Property::Internal, l.internal, false);
     d
 }
 

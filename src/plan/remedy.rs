@@ -123,27 +123,35 @@ pub(super) fn queue_ways_out(
     let (v, n) = (shell_word(vhost), shell_word(&q.name));
     let entry = matches!(q.role, Role::Work { attempt: None | Some(1) });
     let first = if entry { "stop its producers, " } else { "" };
-    let live_quorum =
-        live.queues.get(&q.name).and_then(|l| live_arguments(owner, q, l)).is_some_and(|a| super::is_quorum(&a));
-    let way = if live_quorum {
+    let live_type = live
+        .queues
+        .get(&q.name)
+        .and_then(|l| live_arguments(owner, q, l))
+        .and_then(|a| a.get(arg::QUEUE_TYPE).and_then(ArgValue::as_str).map(str::to_string));
+    // `--` ends the options, so a name that starts with `-` is still a name.
+    let way = match live_type.as_deref() {
+        // Reading a stream removes nothing: it never drains, and no delete keeps its messages.
+        Some("stream") => WayOut::says(format!(
+            "`{}` is a stream: consuming it removes nothing, so it never drains, and deleting it (even with --if-empty) deletes its messages; keep it, and give the topology's queue another name in the spec",
+            q.name
+        )),
         // Quorum queues refuse --if-empty: the check is the operator's.
-        WayOut {
+        Some("quorum") => WayOut {
             says: format!(
                 "recreate it: {first}let `{}` drain ({held}); once `rabbitmqctl list_queues -p {v} name messages` shows it at 0, delete it (quorum queues do not support --if-empty) and apply again",
                 q.name
             ),
             spec: None,
-            command: Some(format!("rabbitmqctl delete_queue -p {v} {n}")),
-        }
-    } else {
-        WayOut {
+            command: Some(format!("rabbitmqctl delete_queue -p {v} -- {n}")),
+        },
+        _ => WayOut {
             says: format!(
                 "recreate it: {first}let `{}` drain ({held}), delete it while empty, and apply again",
                 q.name
             ),
             spec: None,
-            command: Some(format!("rabbitmqctl delete_queue -p {v} {n} --if-empty")),
-        }
+            command: Some(format!("rabbitmqctl delete_queue -p {v} --if-empty -- {n}")),
+        },
     };
     ways.push(way);
     ways
@@ -362,6 +370,10 @@ pub(super) fn exchange_ways_out(
 
 /// A path segment of the management API: every byte but unreserved ones percent-encoded.
 fn percent(segment: &str) -> String {
+    // `.` and `..` are path steps to curl and to servers: spelt out, they are names.
+    if segment == "." || segment == ".." {
+        return segment.replace('.', "%2E");
+    }
     segment
         .bytes()
         .map(|b| {

@@ -31,6 +31,7 @@ fn live_from(objects: &[Object]) -> Live {
                         kind: e.kind.clone(),
                         durable: e.durable,
                         auto_delete: false,
+                        internal: false,
                         arguments: Arguments::new(),
                     },
                 );
@@ -330,4 +331,17 @@ fn a_strategy_change_is_refused_with_the_way_back() {
         let p = plan("/", &[&pasted[0]], &live, &prune(false));
         assert!(p.conflicts().next().is_none(), "{text}\n{:#?}", p.steps);
     }
+}
+
+/// A binding from one topology's retry exchange to another topology's queue is someone's
+/// deliberate choice, not a left-over of the first topology: never removed.
+#[test]
+fn a_binding_to_another_topologys_queue_is_left_alone() {
+    let c = compiled("[topology.a]\ndelays = [\"5s\"]\n\n[topology.b]\ndelays = [\"5s\"]\n");
+    let mut objects = c[0].objects.clone();
+    objects.extend(c[1].objects.clone());
+    let mut live = live_from(&objects);
+    live.bindings.as_mut().unwrap().insert(Binding::to_queue("a.retry", "b", "audit"));
+    let p = plan("/", &[&c[0], &c[1]], &live, &prune(false));
+    assert!(!p.has_changes(), "{:#?}", p.steps);
 }

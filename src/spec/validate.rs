@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::parse::{Draft, Loc};
 use super::{ExchangeType, MAX_ATTEMPTS, MAX_TTL_MS, QueueType, Strategy, Topology};
 use crate::diagnostic::Diagnostic;
-use crate::model::{QueueName, Role};
+use crate::model::{QueueName, Role, is_unsafe_char};
 
 /// A valid topology, and where each of its names was written (or the name it derives from), so
 /// that a collision is reported where the user can fix it.
@@ -166,9 +166,9 @@ fn topology(
         }
         (Some(keys), _) => {
             for key in &keys.value {
-                if let Some(c) = key.value.chars().find(|c| c.is_control()) {
+                if let Some(c) = key.value.chars().find(|c| is_unsafe_char(*c)) {
                     diags.push(
-                        key.diag(format!("a routing key contains the control character U+{:04X}", c as u32))
+                        key.diag(format!("a routing key contains the {} U+{:04X}", char_kind(c), c as u32))
                             .label("control character")
                             .hint("routing keys are printed in terminals and logs; use printable characters"),
                     );
@@ -298,7 +298,7 @@ fn topology(
             diags.push(v.diag("`vhost` is empty").label("empty").hint("the default virtual host is vhost = \"/\""));
             String::new()
         }
-        (None, Some(v)) if v.value.len() > 255 || v.value.chars().any(char::is_control) => {
+        (None, Some(v)) if v.value.len() > 255 || v.value.chars().any(is_unsafe_char) => {
             diags.push(
                 v.diag(vhost_problem(&v.value).unwrap_or_default())
                     .label("not a usable vhost name")
@@ -499,6 +499,11 @@ fn check_native(f: &super::parse::Fields, queue_type: QueueType, hop_delays: &[D
     );
 }
 
+/// How a diagnostic names an unsafe character.
+fn char_kind(c: char) -> &'static str {
+    if c.is_control() { "control character" } else { "format character" }
+}
+
 /// What is wrong with a vhost name RabbitMQ or a terminal cannot take, if anything.
 pub fn vhost_problem(vhost: &str) -> Option<String> {
     if vhost.is_empty() {
@@ -508,8 +513,8 @@ pub fn vhost_problem(vhost: &str) -> Option<String> {
     } else {
         vhost
             .chars()
-            .find(|c| c.is_control())
-            .map(|c| format!("the vhost name contains the control character U+{:04X}", c as u32))
+            .find(|c| is_unsafe_char(*c))
+            .map(|c| format!("the vhost name contains the {} U+{:04X}", char_kind(c), c as u32))
     }
 }
 
@@ -522,9 +527,9 @@ fn check_name(name: &Loc<String>, what: &str, diags: &mut Vec<Diagnostic>) {
                 .label("too long")
                 .hint("names are AMQP short strings; choose a shorter name"),
         );
-    } else if let Some(c) = name.value.chars().find(|c| c.is_control()) {
+    } else if let Some(c) = name.value.chars().find(|c| is_unsafe_char(*c)) {
         diags.push(
-            name.diag(format!("the {what} contains the control character U+{:04X}", c as u32))
+            name.diag(format!("the {what} contains the {} U+{:04X}", char_kind(c), c as u32))
                 .label("control character")
                 .hint("names are printed in terminals and logs, where a control character can rewrite what is shown; use printable characters"),
         );

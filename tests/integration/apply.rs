@@ -71,7 +71,7 @@ async fn conflict_changes_nothing(broker: Broker) {
         "the spec edit that matches the broker: {ways_out:#}"
     );
     // A quorum queue: RabbitMQ refuses `--if-empty` for it, so the check is the operator's.
-    let command = format!("rabbitmqctl delete_queue -p {} orders", vhost.name);
+    let command = format!("rabbitmqctl delete_queue -p {} -- orders", vhost.name);
     let recreate = support::one(ways_out, &json!({"command": command}));
     let says = recreate["says"].as_str().unwrap();
     assert!(says.contains("drain") && says.contains("holds 2 message(s)"), "{recreate:#}");
@@ -114,7 +114,7 @@ async fn conflict_without_the_management_api_changes_nothing(broker: Broker) {
     assert_eq!(support::count(&admin, "orders").await, Some(2), "the messages are still there");
     assert_eq!(support::count(&admin, "orders.dlq").await, None, "nothing was created");
     let ways_out = &conflict["ways_out"];
-    let command = format!("rabbitmqctl delete_queue -p {} orders", vhost.name);
+    let command = format!("rabbitmqctl delete_queue -p {} -- orders", vhost.name);
     let recreate = support::one(ways_out, &json!({"command": command}));
     assert!(recreate["says"].as_str().unwrap().contains("holds 2 message(s)"), "{recreate:#}");
     assert_eq!(

@@ -117,7 +117,7 @@ async fn queue_recreated_with_another_ttl(broker: Broker) {
     assert_eq!(conflict["differences"], json!([{"argument": "x-message-ttl", "live": 60000, "spec": 5000}]));
     let ways_out = &conflict["ways_out"];
     support::none(ways_out, &json!({"spec": {}}));
-    let recreate = format!("rabbitmqctl delete_queue -p {} orders.wait-5s", vhost.name);
+    let recreate = format!("rabbitmqctl delete_queue -p {} -- orders.wait-5s", vhost.name);
     support::one(ways_out, &json!({"command": recreate}));
     // The binding was deleted with the queue: missing as well.
     support::one(objects, &binding("missing", "orders.retry", "orders.wait-5s", "2"));

@@ -68,7 +68,29 @@ async fn peek_refused_where_it_could_lose(broker: Broker) {
     assert_eq!(support::count(&c, "parked.dlq").await, Some(1));
 }
 
+/// A delivery limit of -1: unlimited since RabbitMQ 4.0, so a peek gives every message back; on
+/// 3.10 the broker drops a message at its first return, so the peek is refused and the messages
+/// stay (found by a hostile review: the peek used to empty the queue on 3.10).
+async fn peek_with_a_negative_delivery_limit(broker: Broker) {
+    let vhost = Vhost::new(broker, "inspect-negative-limit").await;
+    let c = vhost.connect().await;
+    let ch = c.create_channel().await.unwrap();
+    support::queue(&ch, "parked", args(&[("x-queue-type", Str("quorum")), ("x-delivery-limit", Int(-1))])).await;
+    let ids: Vec<String> = (0..5).map(|i| format!("m{i}")).collect();
+    support::publish(&c, "", "parked", &ids).await;
+    let out = vhost.hopper(&["inspect", "--vhost", &vhost.name, "--queue", "parked", "--dead-letters"]);
+    if broker.major() >= 4 {
+        assert_eq!(out.status.code(), Some(0), "{}", support::text(&out.stderr));
+    } else {
+        assert_eq!(out.status.code(), Some(2));
+        let stderr = support::text(&out.stderr);
+        assert!(stderr.contains("a delivery limit of 0"), "{stderr}");
+    }
+    support::wait_for_count(&c, "parked", 5, std::time::Duration::from_secs(10)).await;
+}
+
 on_every_broker!(
+    peek_with_a_negative_delivery_limit,
     summary_consumes_nothing_classic = summary_consumes_nothing("classic"),
     summary_consumes_nothing_quorum = summary_consumes_nothing("quorum"),
     peek_refused_where_it_could_lose,

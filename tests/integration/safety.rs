@@ -312,6 +312,34 @@ async fn cluster_name(broker: Broker) -> String {
 const ALL_BROKERS: [Broker; 3] = [Broker::RabbitMq3_10, Broker::RabbitMq4_0, Broker::RabbitMq4_3];
 
 /// Issue: hopper planned against one broker's management API and wrote to another over AMQP.
+/// A list of AMQP nodes names one cluster. When another broker is in the list and the vhost
+/// exists only there, apply must not write to it (found by a hostile review: the cluster check
+/// read the first node, and the session fell through to the next on a missing vhost; a native
+/// topology even reached RabbitMQ 4.0).
+#[tokio::test]
+async fn a_node_of_another_cluster_in_the_list_is_never_written_to() {
+    for (first, other, spec) in [
+        (
+            Broker::RabbitMq4_3,
+            Broker::RabbitMq4_0,
+            "[topology.jobs]\nstrategy = \"native\"\ndelays = [\"1s\", \"2s\"]\n",
+        ),
+        (Broker::RabbitMq3_10, Broker::RabbitMq4_0, "[topology.jobs]\ndelays = [\"1s\"]\n"),
+    ] {
+        let vhost = Vhost::new(other, "safety-node-list").await;
+        let spec = vhost.spec("jobs.toml", spec);
+        let nodes = format!("{},{}", first.amqp(), other.amqp());
+        // With the first node's management API, and with none at all (AMQP alone).
+        for management in [Some(first.management()), Some("http://127.0.0.1:1/api")] {
+            let out = hopper_with(Some(&nodes), management, &["apply", s(&spec)]);
+            let stderr = support::text(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{}{stderr}", support::text(&out.stdout));
+            assert!(stderr.contains("not used"), "the other cluster's node is named as not used: {stderr}");
+            assert_eq!(support::count(&vhost.connect().await, "jobs").await, None, "nothing written to {other:?}");
+        }
+    }
+}
+
 /// `apply`, `apply --dry-run`, `diff` and `inspect --dead-letters` must refuse (exit 2) before
 /// anything; the vhost exists on every broker, so a mistaken write would have succeeded.
 #[tokio::test]
@@ -592,7 +620,7 @@ async fn pasted_commands_recreate_the_queues(reading: Reading, before: &str, aft
         let command = c["ways_out"].as_array().unwrap().iter().find_map(|w| w["command"].as_str());
         let command = command.unwrap_or_else(|| panic!("no command among the ways out of {c:#}"));
         let classic = types[queue] == "classic";
-        assert_eq!(command.ends_with(" --if-empty"), classic, "{queue:?} is a {} queue: `{command}`", types[queue]);
+        assert_eq!(command.contains(" --if-empty "), classic, "{queue:?} is a {} queue: `{command}`", types[queue]);
         let out = Command::new("sh").arg("-c").arg(command).output().expect("run sh");
         assert!(out.status.success(), "$ {command}\n{}{}", support::text(&out.stdout), support::text(&out.stderr));
         assert_eq!(support::count(&connection, queue).await, None, "`{command}` deleted {queue:?}");
@@ -1147,22 +1175,133 @@ async fn command_line_queue_name_is_never_printed_raw(broker: Broker) {
 /// A user who may read but not configure (a CI job that only diffs). RabbitMQ 4.3 asks the
 /// configure permission for a passive declaration, which diff uses for the exact counts of
 /// left-over queues: there it keeps the management API's counts instead of failing.
-async fn a_read_only_user_diffs_a_left_over_queue(broker: Broker) {
+/// A stream where the spec wants a queue of the same name: reading a stream removes nothing, and
+/// deleting one deletes its messages even with --if-empty (found by a hostile review, measured on
+/// 3.10 and 4.0), so no way out offers a delete.
+async fn a_stream_in_the_way_is_never_offered_for_deletion(broker: Broker) {
+    let vhost = Vhost::new(broker, "safety-stream").await;
+    let connection = vhost.connect().await;
+    let channel = connection.create_channel().await.unwrap();
+    let mut args = FieldTable::default();
+    args.insert("x-queue-type".into(), lapin::types::AMQPValue::LongString("stream".into()));
+    let durable = lapin::options::QueueDeclareOptions { durable: true, ..Default::default() };
+    channel.queue_declare("jobs".into(), durable, args).await.unwrap();
+    support::publish(&connection, "", "jobs", &["a".to_string(), "b".to_string()]).await;
+    let spec = vhost.spec("jobs.toml", "[topology.jobs]\ndelays = [\"1s\"]\n");
+    let (code, report) = vhost.json(&["apply", s(&spec)]);
+    assert_eq!(code, Some(3), "{report:#}");
+    let conflict = support::one(support::steps(&report), &json!({"action": "conflict", "object": {"name": "jobs"}}));
+    let ways = conflict["ways_out"].as_array().unwrap();
+    assert!(ways.iter().all(|w| w.get("command").is_none()), "{conflict:#}");
+    assert!(ways.iter().any(|w| w["says"].as_str().unwrap().contains("is a stream")), "{conflict:#}");
+}
+
+/// A queue whose name starts with `-`: the pasted command must still delete that queue, not
+/// read the name as an option (rabbitmqctl exits 64 on `-dash`). 3.10's rabbitmqctl is the
+/// one on PATH.
+#[tokio::test]
+async fn rabbitmq_3_10_a_pasted_command_takes_a_name_that_starts_with_a_dash() {
+    let vhost = Vhost::new(Broker::RabbitMq3_10, "safety-dash").await;
+    let classic = "[topology.dash]\nqueue = \"-dash\"\nqueue_type = \"classic\"\nmax_attempts = 1\n";
+    let spec = vhost.spec("dash.toml", classic);
+    assert_eq!(vhost.json(&["apply", s(&spec)]).0, Some(0));
+    let spec = vhost.spec("dash.toml", &classic.replace("classic", "quorum"));
+    let (code, report) = vhost.json(&["apply", s(&spec)]);
+    assert_eq!(code, Some(3), "{report:#}");
+    let conflict = support::one(support::steps(&report), &json!({"action": "conflict", "object": {"name": "-dash"}}));
+    let command = conflict["ways_out"].as_array().unwrap().iter().find_map(|w| w["command"].as_str()).unwrap();
+    let out = Command::new("sh").arg("-c").arg(command).output().unwrap();
+    assert!(out.status.success(), "$ {command}\n{}{}", support::text(&out.stdout), support::text(&out.stderr));
+    assert_eq!(support::count(&vhost.connect().await, "-dash").await, None, "`{command}` deleted -dash");
+}
+
+/// A right-to-left override in a name turns the rest of a terminal line around: refused in a
+/// spec like a control character, and never printed raw.
+#[test]
+fn a_bidirectional_override_in_a_name_is_refused() {
+    let dir = std::env::temp_dir().join(support::unique("hopper-test-bidi"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let spec = dir.join("bidi.toml");
+    std::fs::write(&spec, "[topology.t]\nqueue = \"evil\\u202eqwe\"\nmax_attempts = 1\n").unwrap();
+    let out = support::hopper(None, &["compile", s(&spec)]);
+    let stderr = support::text(&out.stderr);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("format character U+202E"), "{stderr}");
+    assert!(!stderr.contains('\u{202e}'), "printed raw: {stderr}");
+
+    // Written raw into the file (TOML allows it in a string), the line quoted under the error
+    // shows it replaced, not obeyed.
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(&spec, "[topology.t]\nqueue = \"evil\u{202e}qwe\"\nmax_attempts = 1\n").unwrap();
+    let out = support::hopper(None, &["compile", s(&spec)]);
+    let stderr = support::text(&out.stderr);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(!stderr.contains('\u{202e}'), "printed raw: {stderr}");
+    assert!(stderr.contains("evil???qwe"), "{stderr}");
+}
+
+/// An internal main exchange refuses every producer's publish. Over AMQP the broker's refusal
+/// names it, and apply says `internal`, not the exchange's type (found by a hostile review).
+async fn an_internal_exchange_is_named_over_amqp(broker: Broker) {
+    let vhost = Vhost::new(broker, "safety-internal").await;
+    let channel = vhost.connect().await.create_channel().await.unwrap();
+    let options = lapin::options::ExchangeDeclareOptions { durable: true, internal: true, ..Default::default() };
+    channel.exchange_declare("jobs".into(), lapin::ExchangeKind::Direct, options, FieldTable::default()).await.unwrap();
+    let spec = vhost.spec("jobs.toml", "[topology.jobs]\nmax_attempts = 1\n");
+    let out =
+        hopper_with(Some(broker.amqp()), Some("http://127.0.0.1:1/api"), &["--format", "json", "apply", s(&spec)]);
+    assert_eq!(out.status.code(), Some(3), "{}", support::text(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let conflict = support::one(support::steps(&report), &json!({"action": "conflict", "object": {"name": "jobs"}}));
+    assert_eq!(conflict["differences"], json!([{"argument": "internal", "live": true, "spec": false}]), "{conflict:#}");
+}
+
+/// A user of its own with these permissions on the vhost: (its name, an AMQP URL signing in as
+/// it, without a vhost). The test deletes it.
+async fn user_with(vhost: &Vhost, tags: &str, configure: &str, read: &str, write: &str) -> (String, String) {
     use rabbitmq_http_client::password_hashing;
     use rabbitmq_http_client::requests::{Permissions, UserParams};
+    let user = support::unique("hopper-test-user");
+    let api = http::client(&vhost.broker.endpoint());
+    let hash = password_hashing::base64_encoded_salted_password_hash_sha256(&password_hashing::salt(), "secret");
+    api.create_user(&UserParams { name: &user, password_hash: &hash, tags }).await.unwrap();
+    let permissions = Permissions { user: &user, vhost: &vhost.name, configure, read, write };
+    api.declare_permissions(&permissions).await.unwrap();
+    let amqp = vhost.broker.amqp().replace("guest:guest", &format!("{user}:secret"));
+    (user, amqp)
+}
+
+/// A user who may not configure the topology's queues: apply stops with an error naming the
+/// permission, never a conflict whose way out deletes a queue that is exactly right (found by a
+/// hostile review: the refusal was read as a differing argument).
+async fn a_missing_permission_is_an_error_not_a_conflict(broker: Broker) {
+    let vhost = Vhost::new(broker, "safety-permission").await;
+    let spec = vhost.spec("orders.toml", "[topology.orders]\ndelays = [\"1s\"]\nmax_attempts = 2\n");
+    assert_eq!(vhost.json(&["apply", s(&spec)]).0, Some(0));
+    let connection = vhost.connect().await;
+    support::publish(&connection, "orders", "orders", &["kept".to_string()]).await;
+    let (user, amqp) = user_with(&vhost, "", "^$", ".*", ".*").await;
+    // No management API for this user (no tag): apply reads over AMQP and declares to learn.
+    let out = hopper_with(Some(&amqp), Some(broker.management()), &["apply", s(&spec)]);
+    let _ = http::client(&broker.endpoint()).delete_user(&user, true).await;
+    let (stdout, stderr) = (support::text(&out.stdout), support::text(&out.stderr));
+    assert_eq!(out.status.code(), Some(2), "{stdout}{stderr}");
+    assert!(stderr.contains("ACCESS_REFUSED") && stderr.contains("permission"), "{stderr}");
+    assert!(!stdout.contains("delete_queue") && !stderr.contains("delete_queue"), "{stdout}{stderr}");
+    assert_eq!(support::count(&connection, "orders").await, Some(1), "the message is still there");
+}
+
+async fn a_read_only_user_diffs_a_left_over_queue(broker: Broker) {
     let vhost = Vhost::new(broker, "safety-read-only").await;
     let spec = vhost.spec("orders.toml", "[topology.orders]\ndelays = [\"1s\"]\nmax_attempts = 2\n");
     assert_eq!(vhost.json(&["apply", s(&spec)]).0, Some(0));
     let spec = vhost.spec("orders.toml", "[topology.orders]\ndelays = [\"2s\"]\nmax_attempts = 2\n");
     assert_eq!(vhost.json(&["apply", s(&spec)]).0, Some(0), "the 1s wait queue is now left over");
 
-    let user = support::unique("hopper-test-reader");
+    let (user, amqp) = user_with(&vhost, "monitoring", "^$", ".*", "^$").await;
     let api = http::client(&broker.endpoint());
-    let hash = password_hashing::base64_encoded_salted_password_hash_sha256(&password_hashing::salt(), "reader");
-    api.create_user(&UserParams { name: &user, password_hash: &hash, tags: "monitoring" }).await.unwrap();
-    let permissions = Permissions { user: &user, vhost: &vhost.name, configure: "^$", read: ".*", write: "^$" };
-    api.declare_permissions(&permissions).await.unwrap();
-    let amqp = broker.amqp().replace("guest:guest", &format!("{user}:reader"));
     let management = broker.management().to_string();
     // The reader signs in to both endpoints with the credentials of the AMQP URL.
     let out = hopper_with(Some(&amqp), Some(&management), &["--format", "json", "diff", s(&spec)]);
@@ -1218,6 +1357,9 @@ async fn arguments_refused_by_release(broker: Broker) {
 }
 
 on_every_broker!(
+    an_internal_exchange_is_named_over_amqp,
+    a_stream_in_the_way_is_never_offered_for_deletion,
+    a_missing_permission_is_an_error_not_a_conflict,
     arguments_refused_by_release,
     a_read_only_user_diffs_a_left_over_queue,
     bindings_that_print_alike_are_two_bindings,
