@@ -88,7 +88,7 @@ impl Session {
     }
 
     /// Another session on the same connection, with a channel of its own.
-    async fn lane(&self) -> Result<Session> {
+    pub(crate) async fn lane(&self) -> Result<Session> {
         let channel = self.connection.create_channel().await.context("opening an AMQP channel")?;
         Ok(Session { connection: self.connection.clone(), channel, identity: self.identity.clone() })
     }
@@ -230,13 +230,13 @@ impl Session {
         self.outcome(r).await
     }
 
-    async fn declare_queue(&mut self, q: &Queue) -> Result<Outcome> {
+    pub(crate) async fn declare_queue(&mut self, q: &Queue) -> Result<Outcome> {
         let options = QueueDeclareOptions { durable: q.durable, ..Default::default() };
         let r = self.channel.queue_declare(short(&q.name)?, options, field_table(&q.arguments)).await;
         self.outcome(r).await
     }
 
-    async fn bind(&mut self, b: &Binding) -> Result<Outcome> {
+    pub(crate) async fn bind(&mut self, b: &Binding) -> Result<Outcome> {
         let (source, key, args) = (short(&b.source)?, short(&b.routing_key)?, field_table(&b.arguments));
         let r = match &b.destination {
             Destination::Queue(q) => {
@@ -250,7 +250,7 @@ impl Session {
     }
 
     /// Removes exactly this binding: RabbitMQ matches the arguments too.
-    async fn unbind(&mut self, b: &Binding) -> Result<Outcome> {
+    pub(crate) async fn unbind(&mut self, b: &Binding) -> Result<Outcome> {
         let (source, key, args) = (short(&b.source)?, short(&b.routing_key)?, field_table(&b.arguments));
         let r = match &b.destination {
             Destination::Queue(q) => self.channel.queue_unbind(short(q)?, source, key, args).await,
@@ -263,7 +263,7 @@ impl Session {
 
     /// Deletes a queue only if it is empty at that instant (and unused, where the queue type
     /// lets the broker check it): a message that arrived since the plan was made is never lost.
-    async fn delete_if_empty(&mut self, queue: &str, broker_checks: bool) -> Result<Outcome> {
+    pub(crate) async fn delete_if_empty(&mut self, queue: &str, broker_checks: bool) -> Result<Outcome> {
         if !broker_checks {
             match self.queue_counts(queue).await? {
                 Some((0, 0)) => {}
@@ -284,9 +284,8 @@ impl Session {
     /// several channels, stopping after the phase in which the broker refused a step. If the
     /// connection fails, the error says where: every step is a declaration the next run repeats
     /// harmlessly, so running apply again finishes the job.
-    pub async fn execute(&mut self, plan: &Plan) -> Result<Vec<(usize, Outcome)>> {
+    pub async fn execute(&mut self, plan: &Plan, phases: Vec<Vec<usize>>) -> Result<Vec<(usize, Outcome)>> {
         let mut outcomes: Vec<(usize, Outcome)> = Vec::new();
-        let phases = crate::plan::phases(plan);
         let total = phases.iter().map(Vec::len).sum::<usize>();
         for indices in phases.into_iter().filter(|p| !p.is_empty()) {
             let lanes = indices.len().min(LANES);
@@ -341,6 +340,7 @@ impl Session {
             Step::Unbind { binding } => self.unbind(binding).await,
             Step::Delete { queue, broker_checks } => self.delete_if_empty(queue, *broker_checks).await,
             Step::InSync { .. } | Step::Conflict { .. } | Step::Extra { .. } => Ok(Outcome::Done),
+            Step::Migrate { .. } => bail!("a migration is carried out by ops::migrate, not as a declaration"),
         }
     }
 
@@ -438,7 +438,7 @@ fn explain_connect_error(e: &lapin::Error, vhost: &str, user: &str) -> String {
     }
 }
 
-fn short(s: &str) -> Result<ShortString> {
+pub(crate) fn short(s: &str) -> Result<ShortString> {
     ShortString::try_new(s).map_err(|_| anyhow!("`{s}` is longer than 255 bytes"))
 }
 

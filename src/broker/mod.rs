@@ -3,6 +3,7 @@
 pub mod amqp;
 pub mod http;
 pub mod identity;
+pub mod mover;
 
 use anyhow::{Result, bail};
 use lapin::uri::{AMQPScheme, AMQPUri};

@@ -21,6 +21,7 @@ Examples:
   hopper apply topologies/
   hopper apply --dry-run topologies/orders.toml
   hopper apply --prune topologies/              also remove left-over queues that are empty and unused
+  hopper apply --migrate topologies/            give queues new arguments (classic to quorum, ...) in place, keeping messages
   HOPPER_AMQP_URL=amqp://app:secret@rabbit-1:5672,amqp://app:secret@rabbit-2:5672 hopper apply topologies/")]
 pub struct Args {
     #[command(flatten)]
@@ -34,6 +35,12 @@ pub struct Args {
     /// they are empty and have no consumers; the broker checks both at the moment of deletion.
     #[arg(long)]
     pub prune: bool,
+    /// Give a queue whose arguments cannot change in place (queue type, dead-letter settings,
+    /// TTL, strategy) its new ones under the same name, keeping every message and binding: its
+    /// messages wait in `hopper.migrating.<queue>` meanwhile. Needs the management API and a
+    /// queue without consumers; killed at any point, the next run finishes it.
+    #[arg(long)]
+    pub migrate: bool,
     /// Also list objects that are already in sync.
     #[arg(long)]
     pub show_unchanged: bool,
@@ -47,7 +54,11 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
     let endpoint = args.broker.endpoint()?;
     let compiled = compile(&spec);
     let by_vhost: Vec<_> = ops::by_vhost(&compiled).into_iter().collect();
-    let report = ops::apply::run(&endpoint, &by_vhost, &Request { dry_run: args.dry_run, prune: args.prune })?;
+    let report = ops::apply::run(
+        &endpoint,
+        &by_vhost,
+        &Request { dry_run: args.dry_run, prune: args.prune, migrate: args.migrate },
+    )?;
     match format {
         Format::Json => output::json(&report)?,
         Format::Table => print_report(&report, args.show_unchanged)?,
@@ -68,13 +79,29 @@ fn print_report(report: &Report, show_unchanged: bool) -> Result<()> {
         }
         for (i, step) in v.steps.iter().enumerate() {
             *counts.entry(step.action()).or_default() += 1;
-            if matches!(step, Step::InSync { .. }) && !show_unchanged {
+            if matches!(step, Step::InSync { note: None, .. }) && !show_unchanged {
                 continue;
             }
             lines.push(describe(step));
             if let Some((_, reason)) = v.refused.iter().find(|(j, _)| *j == i) {
                 lines.push(format!("      refused by the broker: {reason}"));
             }
+        }
+        for m in &v.migrated {
+            let stages: Vec<_> = m.stages.iter().map(|s| s.describe()).collect();
+            let duplicates = match m.possible_duplicates {
+                0 => String::new(),
+                n => format!(
+                    "; {n} of them had been delivered before by an interrupted run, so each may now be there twice"
+                ),
+            };
+            lines.push(format!(
+                "  {} migrated  queue    {}: {}; {} message(s) moved{duplicates}",
+                output::paint("~", "32"),
+                output::safe(&m.queue),
+                if stages.is_empty() { "already done".to_string() } else { stages.join(", then ") },
+                m.moved
+            ));
         }
         for o in &v.overrides {
             let who = if o.source == Source::OperatorPolicy { "operator policy" } else { "policy" };
@@ -141,7 +168,30 @@ fn describe(step: &Step) -> String {
     match step {
         Step::Create { object } => object_line("+", "32", "create", object),
         Step::Ensure { object } => object_line("+", "32", "ensure", object),
-        Step::InSync { object } => object_line("=", "2", "in sync", object),
+        Step::InSync { object, note: None } => object_line("=", "2", "in sync", object),
+        Step::InSync { object, note: Some(note) } => {
+            format!("{}\n      note: {}", object_line("=", "2", "in sync", object), output::safe(note))
+        }
+        Step::Migrate { object, differences, messages, holding, resumes } => {
+            let mut lines = vec![format!(
+                "  {} migrate   {:<8} {}: {}{} message(s) wait in {} meanwhile",
+                output::paint("~", "33"),
+                object.kind(),
+                output::safe(&object.to_string()),
+                if *resumes { "finishes an interrupted migration; " } else { "" },
+                messages.map_or("its".to_string(), |n| n.to_string()),
+                output::safe(holding)
+            )];
+            for d in differences {
+                lines.push(format!(
+                    "      argument {}: {} -> {}",
+                    d.property,
+                    d.live.as_ref().map_or("(not set)".to_string(), ToString::to_string),
+                    d.spec.as_ref().map_or("(not set)".to_string(), ToString::to_string)
+                ));
+            }
+            lines.join("\n")
+        }
         Step::Conflict { object, differences, ways_out } => {
             let mut lines = vec![format!(
                 "  {} conflict  {:<8} {}: it cannot be changed in place",

@@ -43,7 +43,7 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
 fn print(report: &Report) -> Result<()> {
     let mut lines = Vec::new();
     for v in &report.vhosts {
-        let drift: Vec<&Entry> = v.objects.iter().filter(|e| e.status != Status::InSync).collect();
+        let drift: Vec<&Entry> = v.objects.iter().filter(|e| e.status != Status::InSync || e.note.is_some()).collect();
         if drift.is_empty() {
             continue;
         }
@@ -69,7 +69,10 @@ fn line(e: &Entry) -> String {
     let name = output::safe(&e.subject.to_string()).into_owned();
     let value = |v: &Option<crate::model::ArgValue>| v.as_ref().map_or("(not set)".to_string(), ToString::to_string);
     match e.status {
-        Status::InSync => format!("  = in sync     {kind:<8} {name}"),
+        Status::InSync => match &e.note {
+            None => format!("  = in sync     {kind:<8} {name}"),
+            Some(note) => format!("  = in sync     {kind:<8} {name}  (note: {})", output::safe(note)),
+        },
         Status::Missing => format!("  {} missing     {kind:<8} {name}  (apply creates it)", output::paint("+", "32")),
         Status::Conflict => {
             let mut out = vec![format!("  {} conflict    {kind:<8} {name}", output::paint("!", "31"))];

@@ -1,7 +1,7 @@
 //! chain: one work queue per attempt; a reject at attempt k dead-letters through the retry
-//! exchange (routing key k) into wait queue k, whose TTL dead-letters into the work queue of
-//! attempt k+1. Every queue's arguments stay fixed when delays or max_attempts change: only
-//! bindings move. No dead-letter cycle exists, so cycle detection can never drop a message.
+//! exchange (routing key k) into wait queue k, whose TTL dead-letters back through the retry
+//! exchange (routing key: the next work queue's name) into the work queue of attempt k+1. Every queue's
+//! arguments stay fixed when delays or max_attempts change: only bindings move. No dead-letter cycle exists, so cycle detection can never drop a message.
 
 use super::{binding, exchange, wait_queue, work_queue_arguments};
 use crate::model::{ArgValue, ExchangeType, Object, Queue, Role, arg};
@@ -24,7 +24,8 @@ pub(super) fn compile(t: &Topology, objects: &mut Vec<Object>) {
         if attempt > 1 {
             let hop = attempt - 1;
             let wait = t.wait_queue(hop);
-            objects.push(Object::Queue(wait_queue(t, wait.clone(), vec![hop], t.delay(hop), &work)));
+            objects.push(binding(&t.retry_exchange, &work, &t.return_key(hop)));
+            objects.push(Object::Queue(wait_queue(t, wait.clone(), vec![hop], t.delay(hop), &t.return_key(hop))));
             objects.push(binding(&t.retry_exchange, &wait, &hop.to_string()));
         }
     }

@@ -69,15 +69,18 @@ pub fn compile_topology(t: &Topology) -> CompiledTopology {
     CompiledTopology { topology: t.clone(), objects }
 }
 
-/// A queue that holds messages for `delay`, consumed by no one, then dead-letters them to
-/// `target` through the default exchange, which delivers to exactly one queue, by name: never a
-/// copy to the other queues bound to the main exchange.
-fn wait_queue(t: &Topology, name: QueueName, hops: Vec<u32>, delay: std::time::Duration, target: &QueueName) -> Queue {
+/// A queue that holds messages for `delay`, consumed by no one, then dead-letters them to the
+/// retry exchange with `return_key`, which one binding routes to the queue the message returns
+/// to: never the main exchange, which would copy the retry to every other queue bound there.
+/// Through a binding rather than the default exchange, so that `apply --migrate` can point the
+/// return at another queue while it switches the target's arguments: a dead letter sent to a
+/// queue name that does not exist for a moment is dropped by the broker.
+fn wait_queue(t: &Topology, name: QueueName, hops: Vec<u32>, delay: std::time::Duration, return_key: &str) -> Queue {
     let mut args = Arguments::new();
     args.insert(arg::QUEUE_TYPE, str(t.queue_type.as_str()));
     args.insert(arg::MESSAGE_TTL, ArgValue::Int(delay.as_millis() as i64));
-    args.insert(arg::DEAD_LETTER_EXCHANGE, str(""));
-    args.insert(arg::DEAD_LETTER_ROUTING_KEY, str(target));
+    args.insert(arg::DEAD_LETTER_EXCHANGE, str(&t.retry_exchange));
+    args.insert(arg::DEAD_LETTER_ROUTING_KEY, str(return_key));
     at_least_once(t, &mut args);
     Queue {
         name,
@@ -85,6 +88,17 @@ fn wait_queue(t: &Topology, name: QueueName, hops: Vec<u32>, delay: std::time::D
         arguments: args,
         role: Role::Wait { hops, delay: crate::spec::format_duration(delay) },
     }
+}
+
+/// A wait queue as hopper 0.1 declared it: dead-lettering through the default exchange straight
+/// to `target`. It works as the current shape does, so it is in sync, but `apply --migrate`
+/// cannot re-point it; `None` when `q` is not a wait queue.
+pub fn legacy_wait_queue(q: &Queue, target: &QueueName) -> Option<Queue> {
+    let Role::Wait { .. } = q.role else { return None };
+    let mut legacy = q.clone();
+    legacy.arguments.insert(arg::DEAD_LETTER_EXCHANGE, str(""));
+    legacy.arguments.insert(arg::DEAD_LETTER_ROUTING_KEY, str(target));
+    Some(legacy)
 }
 
 fn work_queue_arguments(t: &Topology) -> Arguments {

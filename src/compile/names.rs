@@ -26,6 +26,23 @@ impl Topology {
         }
     }
 
+    /// The routing key with which the wait queue of `hop` dead-letters into the retry exchange,
+    /// bound to the queue the message returns to: that queue's name, the routing key a consumer
+    /// saw when wait queues dead-lettered through the default exchange. Never a number, which
+    /// would be a hop's key: chain's work queues end in `.attempt-<n>`, and validation refuses a
+    /// republish main queue named like a number.
+    pub fn return_key(&self, hop: u32) -> String {
+        self.return_queue(hop).to_string()
+    }
+
+    /// The queue a message returns to after waiting for `hop`.
+    pub fn return_queue(&self, hop: u32) -> QueueName {
+        match self.strategy {
+            Strategy::Chain => self.work_queue(hop + 1),
+            Strategy::Republish | Strategy::Native => self.queue.clone(),
+        }
+    }
+
     /// The queue consumers read for delivery number `attempt` (1-based).
     pub fn work_queue(&self, attempt: u32) -> QueueName {
         match (self.strategy, attempt) {

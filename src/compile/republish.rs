@@ -1,5 +1,5 @@
 //! republish: one work queue; consumers publish a copy to the retry exchange on failure, and
-//! wait queues dead-letter straight back into the work queue through the default exchange.
+//! wait queues dead-letter back into the work queue through the retry exchange's `return` binding.
 
 use super::{binding, exchange, wait_queue, work_queue_arguments};
 use crate::model::{ArgValue, ExchangeType, Object, Queue, QueueName, Role, arg};
@@ -27,10 +27,11 @@ pub(super) fn compile(t: &Topology, objects: &mut Vec<Object>) {
             None => waits.push((name, vec![hop], t.delay(hop))),
         }
     }
-    for (name, hops, delay) in &waits {
-        objects.push(Object::Queue(wait_queue(t, name.clone(), hops.clone(), *delay, &t.queue)));
-    }
     objects.push(exchange(&t.retry_exchange, ExchangeType::Direct));
+    objects.push(binding(&t.retry_exchange, &t.queue, &t.return_key(1)));
+    for (name, hops, delay) in &waits {
+        objects.push(Object::Queue(wait_queue(t, name.clone(), hops.clone(), *delay, &t.return_key(1))));
+    }
     for (name, hops, _) in &waits {
         for hop in hops {
             objects.push(binding(&t.retry_exchange, name, &hop.to_string()));

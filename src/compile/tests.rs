@@ -224,15 +224,16 @@ fn republish_has_one_wait_queue_per_distinct_delay_bound_with_its_hops() {
     assert_eq!(keys(&c, "orders.retry", "orders.wait-30s"), ["3", "4"]);
     assert_eq!(queue(&c, "orders.wait-5s").role, Role::Wait { hops: vec![1, 2], delay: "5s".into() });
     assert_eq!(queue(&c, "orders.wait-30s").role, Role::Wait { hops: vec![3, 4], delay: "30s".into() });
-    // The retry exchange routes nowhere else.
+    // The retry exchange routes nowhere else, but back to the main queue when a wait ends.
     let retry = bindings_from(&c, "orders.retry");
-    assert_eq!(retry.keys().collect::<Vec<_>>(), ["1", "2", "3", "4"]);
+    assert_eq!(retry.keys().collect::<Vec<_>>(), ["1", "2", "3", "4", "orders"]);
+    assert_eq!(retry["orders"], BTreeSet::from(["orders".to_string()]));
     assert!(retry.values().all(|d| d.len() == 1));
     assert_eq!(exchange_named(&c, "orders.retry").expect("retry exchange").kind, "direct");
 }
 
 #[test]
-fn republish_wait_queues_dead_letter_to_the_main_queue_only_through_the_default_exchange() {
+fn republish_wait_queues_dead_letter_to_the_main_queue_only_through_the_return_binding() {
     let c = compiled(REPUBLISH_QUORUM);
     for (name, ttl) in [("orders.wait-5s", 5_000), ("orders.wait-30s", 30_000)] {
         let q = queue(&c, name);
@@ -241,7 +242,7 @@ fn republish_wait_queues_dead_letter_to_the_main_queue_only_through_the_default_
             args(&[
                 ("x-queue-type", s("quorum")),
                 ("x-message-ttl", ArgValue::Int(ttl)),
-                ("x-dead-letter-exchange", s("")),
+                ("x-dead-letter-exchange", s("orders.retry")),
                 ("x-dead-letter-routing-key", s("orders")),
                 ("x-dead-letter-strategy", s("at-least-once")),
                 ("x-overflow", s("reject-publish")),
@@ -434,8 +435,10 @@ fn chain_has_one_work_queue_per_attempt_dead_lettering_through_the_retry_exchang
     {
         let q = queue(&c, name);
         assert_eq!(q.arguments.get("x-message-ttl"), Some(&ArgValue::Int(ttl)), "{name}");
-        assert_eq!(arg_str(q, "x-dead-letter-exchange"), Some(""), "{name}");
-        assert_eq!(arg_str(q, "x-dead-letter-routing-key"), Some(target), "{name}");
+        assert_eq!(arg_str(q, "x-dead-letter-exchange"), Some("orders.retry"), "{name}");
+        let key = target.to_string();
+        assert_eq!(arg_str(q, "x-dead-letter-routing-key"), Some(key.as_str()), "{name}");
+        assert_eq!(bindings_from(&c, "orders.retry")[&key], BTreeSet::from([target.to_string()]), "{name}");
         assert_eq!(
             q.role,
             Role::Wait { hops: vec![hop], delay: format_duration(std::time::Duration::from_millis(ttl as u64)) }
@@ -443,11 +446,16 @@ fn chain_has_one_work_queue_per_attempt_dead_lettering_through_the_retry_exchang
     }
 
     let retry = bindings_from(&c, "orders.retry");
-    let want: BTreeMap<String, BTreeSet<String>> =
-        [("1", "orders.hop-1.wait-1s"), ("2", "orders.hop-2.wait-2s"), ("3", "orders.dlq")]
-            .into_iter()
-            .map(|(k, d)| (k.to_string(), BTreeSet::from([d.to_string()])))
-            .collect();
+    let want: BTreeMap<String, BTreeSet<String>> = [
+        ("1", "orders.hop-1.wait-1s"),
+        ("2", "orders.hop-2.wait-2s"),
+        ("3", "orders.dlq"),
+        ("orders.attempt-2", "orders.attempt-2"),
+        ("orders.attempt-3", "orders.attempt-3"),
+    ]
+    .into_iter()
+    .map(|(k, d)| (k.to_string(), BTreeSet::from([d.to_string()])))
+    .collect();
     assert_eq!(retry, want);
     assert_eq!(exchange_named(&c, "orders.retry").expect("retry exchange").kind, "direct");
 

@@ -13,6 +13,7 @@ use crate::plan::{self, Options, Override, Plan, Step};
 pub struct Request {
     pub dry_run: bool,
     pub prune: bool,
+    pub migrate: bool,
 }
 
 /// Where a vhost's state was read from.
@@ -43,6 +44,8 @@ pub struct VhostReport {
     pub overrides: Vec<Override>,
     /// Steps the broker refused while applying, by index into `steps`, with its reason.
     pub refused: Vec<(usize, String)>,
+    /// What each migration did, in the order they ran.
+    pub migrated: Vec<super::migrate::Migrated>,
 }
 
 impl Report {
@@ -59,7 +62,7 @@ impl Report {
 
 pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], request: &Request) -> Result<Report> {
     super::runtime()?.block_on(async {
-        let options = Options { prune: request.prune, admin: Some(endpoint.admin()) };
+        let options = Options { prune: request.prune, admin: Some(endpoint.admin()), migrate: request.migrate };
         // Read one broker and write another? Never: both endpoints must be one cluster.
         // Without the management API, the cluster is the one the first AMQP node names; every
         // session connects only to nodes of it.
@@ -119,23 +122,44 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], req
         let apply = conflicts == 0 && !request.dry_run;
         let mut vhosts = Vec::new();
         for (mut session, plan, read_from, note) in work {
-            let refused = if apply { execute(&mut session, &plan).await? } else { Vec::new() };
+            let (refused, migrated) =
+                if apply { execute(&mut session, endpoint, &plan).await? } else { (Vec::new(), Vec::new()) };
             session.close().await;
             let Plan { vhost, steps, overrides, .. } = plan;
-            vhosts.push(VhostReport { vhost, read_from, note, steps, overrides, refused });
+            vhosts.push(VhostReport { vhost, read_from, note, steps, overrides, refused, migrated });
         }
         Ok(Report { dry_run: request.dry_run, applied: apply, vhosts })
     })
 }
 
-async fn execute(session: &mut amqp::Session, plan: &Plan) -> Result<Vec<(usize, String)>> {
-    Ok(session
-        .execute(plan)
-        .await?
-        .into_iter()
-        .filter_map(|(i, outcome)| match outcome {
-            amqp::Outcome::Refused(reason) => Some((i, reason)),
-            amqp::Outcome::Done => None,
-        })
-        .collect())
+/// Declarations first, then migrations (whose queues' new dead-letter exchanges and bindings
+/// then exist), then removals; a refusal stops the run before the next group.
+async fn execute(
+    session: &mut amqp::Session,
+    endpoint: &Endpoint,
+    plan: &Plan,
+) -> Result<(Vec<(usize, String)>, Vec<super::migrate::Migrated>)> {
+    let mut phases = plan::phases(plan);
+    let after = phases.split_off(plan::MIGRATIONS + 1);
+    let migrations = phases.pop().unwrap_or_default();
+    let refusals = |outcomes: Vec<(usize, amqp::Outcome)>| -> Vec<(usize, String)> {
+        outcomes
+            .into_iter()
+            .filter_map(|(i, outcome)| match outcome {
+                amqp::Outcome::Refused(reason) => Some((i, reason)),
+                amqp::Outcome::Done => None,
+            })
+            .collect()
+    };
+    let mut refused = refusals(session.execute(plan, phases).await?);
+    let mut migrated = Vec::new();
+    if refused.iter().any(|(i, _)| plan.steps[*i].refusal_stops_the_run()) {
+        return Ok((refused, migrated));
+    }
+    for i in migrations {
+        let Step::Migrate { object: Object::Queue(q), .. } = &plan.steps[i] else { continue };
+        migrated.push(super::migrate::migrate(session, endpoint, &plan.vhost, q).await?);
+    }
+    refused.extend(refusals(session.execute(plan, after).await?));
+    Ok((refused, migrated))
 }

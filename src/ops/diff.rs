@@ -103,6 +103,9 @@ pub struct Entry {
     pub set_by: Option<Source>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub policy: Option<String>,
+    /// Why an object that differs in form counts as in sync.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -121,7 +124,7 @@ pub struct Report {
 
 pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)]) -> Result<Report> {
     let plans = super::runtime()?.block_on(async {
-        let options = Options { prune: false, admin: Some(endpoint.admin()) };
+        let options = Options { prune: false, admin: Some(endpoint.admin()), migrate: false };
         let http_identity = http::identity(endpoint).await.map_err(|e| {
             anyhow::anyhow!("hopper diff reads the broker through the management API and cannot: {e:#}")
         })?;
@@ -192,13 +195,17 @@ impl Entry {
             effective: None,
             set_by: None,
             policy: None,
+            note: None,
         }
     }
 }
 
 fn entry(step: &Step) -> Option<Entry> {
     Some(match step {
-        Step::InSync { object } => Entry::new(Status::InSync, Subject::of(object)),
+        Step::InSync { object, note } => {
+            Entry { note: note.clone(), ..Entry::new(Status::InSync, Subject::of(object)) }
+        }
+        Step::Migrate { .. } => unreachable!("diff plans no migration"),
         // `Ensure` only arises without the management API, which diff refuses to work without.
         Step::Create { object } | Step::Ensure { object } => Entry::new(Status::Missing, Subject::of(object)),
         Step::Conflict { object, differences, ways_out } => Entry {

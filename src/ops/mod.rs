@@ -4,6 +4,7 @@
 pub mod apply;
 pub mod diff;
 pub mod inspect;
+pub mod migrate;
 
 use std::collections::BTreeMap;
 

@@ -27,6 +27,14 @@ pub(super) fn steps(topologies: &[&CompiledTopology], live: &Live, wanted: &BTre
     // and from its main exchange to its main queue. Anything else bound there (an audit queue on
     // the main exchange) belongs to someone else.
     let mut unbound = BTreeSet::new();
+    let routes: BTreeSet<(&str, &str)> = topologies
+        .iter()
+        .flat_map(|c| &c.objects)
+        .filter_map(|o| match o {
+            crate::model::Object::Binding(b) => Some((b.source.as_str(), b.routing_key.as_str())),
+            _ => None,
+        })
+        .collect();
     if let Some(bindings) = &live.bindings {
         for b in bindings.iter().filter(|b| !wanted.contains(&Key::Binding(b))) {
             let Destination::Queue(destination) = &b.destination else { continue };
@@ -38,7 +46,19 @@ pub(super) fn steps(topologies: &[&CompiledTopology], live: &Live, wanted: &BTre
                 (b.source == t.exchange && *destination == t.queue)
                     || ((b.source == t.retry_exchange || b.source == t.dead_letter_exchange) && own_queue)
             });
-            if ours {
+            // The last route of a live queue's dead letters (a left-over wait queue's return
+            // binding) stays until that queue has gone, or what it holds would be dropped as it
+            // expires. A route the spec replaces goes.
+            let replaced = routes.contains(&(b.source.as_str(), b.routing_key.as_str()));
+            let still_used = live.queues.iter().any(|(name, q)| {
+                *name != *destination
+                    && q.arguments.as_ref().is_some_and(|a| {
+                        a.get(arg::DEAD_LETTER_EXCHANGE).and_then(ArgValue::as_str) == Some(b.source.as_str())
+                            && a.get(arg::DEAD_LETTER_ROUTING_KEY).and_then(ArgValue::as_str)
+                                == Some(b.routing_key.as_str())
+                    })
+            });
+            if ours && (replaced || !still_used) {
                 unbound.insert(b.clone());
                 steps.push(Step::Unbind { binding: b.clone() });
             }
@@ -49,7 +69,7 @@ pub(super) fn steps(topologies: &[&CompiledTopology], live: &Live, wanted: &BTre
     // still dead-letters into is never deleted, or its next messages would be dropped.
     let feeds = dead_letter_targets(live, &unbound);
     for (name, (generated, q)) in &left_overs {
-        let drains_into = drains_into(q);
+        let drains_into = drains_into(q, live);
         let fed_by = feeds.iter().find(|(from, to)| to == *name && from != *name).map(|(from, _)| from.clone());
         let (messages, consumers) = (q.messages.unwrap_or(1), q.consumers.unwrap_or(1));
         let kept_because = if messages > 0 && matches!(generated, GeneratedName::Work { .. }) {
@@ -89,10 +109,13 @@ pub fn left_over(t: &Topology, name: &str, q: &LiveQueue) -> Option<GeneratedNam
     let is = |key: &str, value: &str| args.get(key).and_then(ArgValue::as_str) == Some(value);
     let shaped = match generated {
         GeneratedName::Wait { hop } => {
-            let target = hop.map_or(t.queue.clone(), |h| t.work_queue(h + 1));
+            // Dead-lettering through the retry exchange's return binding, or (as hopper 0.1
+            // declared it) through the default exchange straight to the queue.
+            let hop = hop.unwrap_or(1);
+            let (target, key) = (t.return_queue(hop), t.return_key(hop));
             matches!(args.get(arg::MESSAGE_TTL), Some(ArgValue::Int(_)))
-                && is(arg::DEAD_LETTER_EXCHANGE, "")
-                && is(arg::DEAD_LETTER_ROUTING_KEY, &target)
+                && ((is(arg::DEAD_LETTER_EXCHANGE, &t.retry_exchange) && is(arg::DEAD_LETTER_ROUTING_KEY, &key))
+                    || (is(arg::DEAD_LETTER_EXCHANGE, "") && is(arg::DEAD_LETTER_ROUTING_KEY, &target)))
         }
         GeneratedName::Work { attempt } => {
             is(arg::DEAD_LETTER_EXCHANGE, &t.retry_exchange) && is(arg::DEAD_LETTER_ROUTING_KEY, &attempt.to_string())
@@ -101,11 +124,24 @@ pub fn left_over(t: &Topology, name: &str, q: &LiveQueue) -> Option<GeneratedNam
     shaped.then_some(generated)
 }
 
-/// Where a queue's dead letters go, for people: a queue name, or an exchange and routing key.
-fn drains_into(q: &LiveQueue) -> Option<String> {
+/// Where a queue's dead letters go, for people: a queue name (through the default exchange, or
+/// the one queue a direct route reaches), or an exchange and routing key.
+fn drains_into(q: &LiveQueue, live: &Live) -> Option<String> {
     let args = q.arguments.as_ref()?;
     let exchange = args.get(arg::DEAD_LETTER_EXCHANGE)?.as_str()?;
-    match args.get(arg::DEAD_LETTER_ROUTING_KEY).and_then(ArgValue::as_str) {
+    let key = args.get(arg::DEAD_LETTER_ROUTING_KEY).and_then(ArgValue::as_str);
+    let routed: Vec<&QueueName> = live
+        .bindings
+        .iter()
+        .flatten()
+        .filter(|b| b.source == exchange && Some(b.routing_key.as_str()) == key)
+        .filter_map(|b| if let Destination::Queue(q) = &b.destination { Some(q) } else { None })
+        .collect();
+    let direct = live.exchanges.get(exchange).is_some_and(|x| x.kind == crate::model::ExchangeType::Direct);
+    if let ([queue], true) = (routed.as_slice(), direct) {
+        return Some(queue.to_string());
+    }
+    match key {
         Some(k) if exchange.is_empty() => Some(k.to_string()),
         Some(k) => Some(format!("exchange {exchange} with routing key {k}")),
         None => Some(format!("exchange {exchange}")),

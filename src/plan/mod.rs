@@ -3,6 +3,7 @@
 //! and executes the plan.
 
 mod leftover;
+pub mod migrate;
 mod remedy;
 
 use std::collections::BTreeSet;
@@ -88,6 +89,9 @@ pub enum Step {
     },
     InSync {
         object: Object,
+        /// Why an object that differs in form still counts as in sync.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        note: Option<String>,
     },
     /// Exists or may exist, and cannot be read: declared again, which RabbitMQ checks.
     Ensure {
@@ -97,6 +101,15 @@ pub enum Step {
         object: Object,
         differences: Vec<Difference>,
         ways_out: Vec<WayOut>,
+    },
+    /// A queue whose arguments cannot change in place, given them under the same name by
+    /// `apply --migrate`, its messages kept (see `migrate`). `resumes`: an earlier run started it.
+    Migrate {
+        object: Object,
+        differences: Vec<Difference>,
+        messages: Option<u64>,
+        holding: QueueName,
+        resumes: bool,
     },
     /// A binding between this topology's exchanges and queues that the spec no longer has,
     /// removed only after the bindings that replace it exist.
@@ -129,6 +142,7 @@ pub enum Action {
     InSync,
     Ensure,
     Conflict,
+    Migrate,
     Unbind,
     Extra,
     Delete,
@@ -141,6 +155,7 @@ impl Action {
             Action::InSync => "in sync",
             Action::Ensure => "ensure",
             Action::Conflict => "conflict",
+            Action::Migrate => "migrate",
             Action::Unbind => "unbind",
             Action::Extra => "extra",
             Action::Delete => "delete",
@@ -149,7 +164,7 @@ impl Action {
 
     /// Whether the step changes the broker.
     pub fn changes(self) -> bool {
-        matches!(self, Action::Create | Action::Ensure | Action::Unbind | Action::Delete)
+        matches!(self, Action::Create | Action::Ensure | Action::Migrate | Action::Unbind | Action::Delete)
     }
 }
 
@@ -160,6 +175,7 @@ impl Step {
             Step::InSync { .. } => Action::InSync,
             Step::Ensure { .. } => Action::Ensure,
             Step::Conflict { .. } => Action::Conflict,
+            Step::Migrate { .. } => Action::Migrate,
             Step::Unbind { .. } => Action::Unbind,
             Step::Extra { .. } => Action::Extra,
             Step::Delete { .. } => Action::Delete,
@@ -193,10 +209,12 @@ pub struct Plan {
 ///    harmless: no message can reach the queue before step 3);
 /// 2. bindings between them;
 /// 3. bindings from the main exchanges, through which producers' messages enter;
-/// 4. bindings that moved, removed only once their replacements exist;
-/// 5. left-over queues, deleted last.
+/// 4. migrations, one queue at a time ([`MIGRATIONS`]), wait queues first: once they dead-letter
+///    through a binding, the queues they feed can be switched without dropping their messages;
+/// 5. bindings that moved, removed only once their replacements exist;
+/// 6. left-over queues, deleted last.
 pub fn phases(plan: &Plan) -> Vec<Vec<usize>> {
-    let mut phases = vec![Vec::new(); 5];
+    let mut phases = vec![Vec::new(); 6];
     for (i, step) in plan.steps.iter().enumerate() {
         let phase = match step {
             Step::Create { object } | Step::Ensure { object } => match object {
@@ -204,14 +222,23 @@ pub fn phases(plan: &Plan) -> Vec<Vec<usize>> {
                 Object::Binding(b) if plan.entry_exchanges.contains(&b.source) => 2,
                 Object::Binding(_) => 1,
             },
-            Step::Unbind { .. } => 3,
-            Step::Delete { .. } => 4,
+            Step::Migrate { .. } => MIGRATIONS,
+            Step::Unbind { .. } => 4,
+            Step::Delete { .. } => 5,
             Step::InSync { .. } | Step::Conflict { .. } | Step::Extra { .. } => continue,
         };
         phases[phase].push(i);
     }
+    let is_wait = |i: &usize| match &plan.steps[*i] {
+        Step::Migrate { object: Object::Queue(q), .. } => matches!(q.role, Role::Wait { .. }),
+        _ => false,
+    };
+    phases[MIGRATIONS].sort_by_key(|i| (!is_wait(i), *i));
     phases
 }
+
+/// The phase of migrations, which `apply` carries out between the others, one queue at a time.
+pub const MIGRATIONS: usize = 3;
 
 impl Plan {
     pub fn conflicts(&self) -> impl Iterator<Item = &Step> {
@@ -251,6 +278,8 @@ pub struct Options {
     pub prune: bool,
     /// The management API the run reads, for the commands a refusal suggests.
     pub admin: Option<Admin>,
+    /// Migrate queues whose arguments cannot change in place, instead of refusing.
+    pub migrate: bool,
 }
 
 /// A management API's address (without credentials) and the user hopper signs in as.
@@ -266,6 +295,7 @@ pub fn plan(vhost: &str, topologies: &[&CompiledTopology], live: &Live, options:
     if live.bindings.is_none() {
         refuse_blind_moves(topologies, live, &mut steps);
     }
+    check_migrations(live, options, &mut steps);
     let wanted: BTreeSet<Key> = objects.iter().map(|o| o.key()).collect();
     steps.extend(leftover::steps(topologies, live, &wanted, options.prune));
     let overrides = objects
@@ -352,35 +382,134 @@ fn step(object: &Object, live: &Live, vhost: &str, topologies: &[&CompiledTopolo
             Some(l) => {
                 let differences = exchange_differences(e, l);
                 if differences.is_empty() {
-                    Step::InSync { object }
+                    Step::InSync { object, note: None }
                 } else {
                     let ways_out = remedy::exchange_ways_out(options, vhost, topologies, e, &differences);
                     Step::Conflict { object, differences, ways_out }
                 }
             }
         },
-        Object::Queue(q) => match live.queues.get(&q.name) {
-            None => Step::Create { object },
-            Some(l) => {
-                let differences = match (&l.refused, &l.arguments) {
-                    (Some(d), _) => vec![d.clone()],
-                    (None, Some(args)) => queue_differences(q, l, args),
-                    (None, None) => return Step::Ensure { object },
-                };
-                if differences.is_empty() {
-                    Step::InSync { object }
-                } else {
-                    let ways_out = remedy::queue_ways_out(vhost, topologies, live, q, &differences, l.messages);
-                    Step::Conflict { object, differences, ways_out }
-                }
-            }
-        },
+        Object::Queue(q) => queue_step(q, live, vhost, topologies, options),
         Object::Binding(b) => match &live.bindings {
             None => Step::Ensure { object },
-            Some(set) if set.contains(b) => Step::InSync { object },
-            Some(_) => Step::Create { object },
+            Some(set) if set.contains(b) => Step::InSync { object, note: None },
+            Some(set) => match held_during_migration(b, set) {
+                // Declared again now, the binding would copy every message into both queues
+                // until the migration moves it back.
+                Some(holding) => Step::InSync {
+                    object,
+                    note: Some(format!("on `{holding}` until the queue's interrupted migration finishes (apply --migrate)")),
+                },
+                None => Step::Create { object },
+            },
         },
     }
+}
+
+fn queue_step(q: &Queue, live: &Live, vhost: &str, topologies: &[&CompiledTopology], options: &Options) -> Step {
+    let object = Object::Queue(q.clone());
+    let holding = migrate::holding_queue(&q.name);
+    let unfinished = live.queues.get(&holding);
+    let l = live.queues.get(&q.name);
+    let differences = match l {
+        None => Vec::new(),
+        Some(l) => match (&l.refused, &l.arguments) {
+            (Some(d), _) => vec![d.clone()],
+            (None, Some(args)) => queue_differences(q, l, args),
+            (None, None) if unfinished.is_none() => return Step::Ensure { object },
+            (None, None) => Vec::new(),
+        },
+    };
+    let messages = l.and_then(|l| l.messages);
+    if let Some(h) = unfinished {
+        if options.migrate {
+            return Step::Migrate { object, differences, messages, holding, resumes: true };
+        }
+        let held = h.messages.map_or(String::new(), |n| format!(" ({n} message(s) wait there)"));
+        let ways_out = vec![WayOut::says(format!(
+            "an earlier `apply --migrate` was interrupted while the queue's messages were in `{holding}`{held}: run apply --migrate again to finish it"
+        ))];
+        let differences = vec![Difference {
+            property: Property::Argument("migration".into()),
+            live: Some(ArgValue::str(format!("unfinished, messages in {holding}"))),
+            spec: Some(ArgValue::str("finished")),
+        }];
+        return Step::Conflict { object, differences, ways_out };
+    }
+    let Some(l) = l else { return Step::Create { object } };
+    if differences.is_empty() {
+        return Step::InSync { object, note: None };
+    }
+    if let Some(note) = legacy_shape(q, l, topologies) {
+        return if options.migrate {
+            Step::Migrate { object, differences, messages, holding, resumes: false }
+        } else {
+            Step::InSync { object, note: Some(note) }
+        };
+    }
+    if options.migrate {
+        return Step::Migrate { object, differences, messages, holding, resumes: false };
+    }
+    let mut ways_out = remedy::queue_ways_out(vhost, topologies, live, q, &differences, l.messages);
+    if migrate::blocker(&q.name, live, &[]).is_none() {
+        ways_out.insert(
+            0,
+            WayOut::says(format!(
+                "run apply again with --migrate: it gives `{}` its new arguments under the same name, keeping its messages (they wait in `{holding}` meanwhile) and every binding",
+                q.name
+            )),
+        );
+    }
+    Step::Conflict { object, differences, ways_out }
+}
+
+/// A wait queue in the shape hopper 0.1 gave it (dead-lettering through the default exchange)
+/// behaves as the current shape does: in sync, with a note. Only `apply --migrate` needs it
+/// moved, to re-point its dead letters while the queue they return to is switched.
+fn legacy_shape(q: &Queue, l: &LiveQueue, topologies: &[&CompiledTopology]) -> Option<String> {
+    let Role::Wait { hops, .. } = &q.role else { return None };
+    let t = topologies.iter().map(|c| &c.topology).find(|t| t.owns_queue(&q.name))?;
+    let target = t.return_queue(*hops.first()?);
+    let legacy = crate::compile::legacy_wait_queue(q, &target)?;
+    let same = queue_differences(&legacy, l, l.arguments.as_ref()?).is_empty();
+    same.then(|| {
+        format!(
+            "dead-letters into `{target}` through the default exchange, as hopper 0.1 declared it; `apply --migrate` moves it to the retry exchange's `{}` binding",
+            t.return_key(hops[0])
+        )
+    })
+}
+
+/// A migration that cannot be carried out now becomes a conflict that says why.
+fn check_migrations(live: &Live, options: &Options, steps: &mut [Step]) {
+    if !options.migrate {
+        return;
+    }
+    let migrating: Vec<QueueName> = steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Migrate { object: Object::Queue(q), .. } => Some(q.name.clone()),
+            _ => None,
+        })
+        .collect();
+    for step in steps.iter_mut() {
+        let Step::Migrate { object: Object::Queue(q), differences, resumes: false, .. } = step else { continue };
+        if let Some(why) = migrate::blocker(&q.name, live, &migrating) {
+            *step = Step::Conflict {
+                object: Object::Queue(q.clone()),
+                differences: std::mem::take(differences),
+                ways_out: vec![WayOut::says(format!("it cannot be migrated yet: {why}"))],
+            };
+        }
+    }
+}
+
+/// The holding queue that has `b` while its queue is being migrated, if any.
+fn held_during_migration(b: &Binding, live: &BTreeSet<Binding>) -> Option<QueueName> {
+    let crate::model::Destination::Queue(queue) = &b.destination else { return None };
+    let holding = migrate::holding_queue(queue);
+    let moved = Binding { destination: crate::model::Destination::Queue(holding.clone()), ..b.clone() };
+    live.contains(&moved).then_some(holding)
 }
 
 fn exchange_differences(e: &Exchange, l: &LiveExchange) -> Vec<Difference> {

@@ -254,6 +254,21 @@ fn topology(
     if strategy == Strategy::Native {
         check_native(&f, queue_type, &hop_delays, diags);
     }
+    // A wait queue returns a message through the retry exchange with the main queue's name as
+    // routing key, and hops are routed by their number: a main queue named like a number would
+    // also receive, at once, every retry of that hop.
+    if strategy == Strategy::Republish
+        && hops > 0
+        && !queue.value.is_empty()
+        && queue.value.bytes().all(|b| b.is_ascii_digit())
+    {
+        diags.push(
+            queue
+                .diag(format!("the main queue is named `{}`, like a hop number", queue.value))
+                .label("a number")
+                .hint("the retry exchange routes hop numbers to wait queues and the main queue's name back to it: a queue named like a number would also receive that hop's retries at once; choose another name"),
+        );
+    }
 
     let delivery_limit = match (queue_type, &f.delivery_limit) {
         // Reported by check_native: the native limit counts retries.

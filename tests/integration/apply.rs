@@ -138,7 +138,7 @@ async fn amqp_only(broker: Broker) {
     let note = v["note"].as_str().unwrap();
     assert!(note.contains(&format!("management API at {NO_API} is unreachable")), "{note}");
     // Exchanges and queues are created; bindings cannot be read over AMQP, and are declared.
-    assert_eq!(support::actions(&report), [("create".to_string(), 7), ("ensure".to_string(), 4)].into(), "{report:#}");
+    assert_eq!(support::actions(&report), [("create".to_string(), 7), ("ensure".to_string(), 5)].into(), "{report:#}");
     support::none(support::steps(&report), &json!({"action": "ensure", "object": {"object": "queue"}}));
     let admin = vhost.connect().await;
     assert_eq!(support::count(&admin, "orders.wait-5s").await, Some(0));
@@ -146,7 +146,7 @@ async fn amqp_only(broker: Broker) {
     let (code, again) = vhost.json(&no_api);
     assert_eq!(code, Some(0));
     // Exchanges and queues are found in place; bindings are declared again.
-    assert_eq!(support::actions(&again), [("ensure".to_string(), 4), ("in_sync".to_string(), 7)].into(), "{again:#}");
+    assert_eq!(support::actions(&again), [("ensure".to_string(), 5), ("in_sync".to_string(), 7)].into(), "{again:#}");
     support::none(support::steps(&again), &json!({"action": "ensure", "object": {"object": "queue"}}));
     support::none(support::steps(&again), &json!({"action": "ensure", "object": {"object": "exchange"}}));
 
@@ -154,7 +154,7 @@ async fn amqp_only(broker: Broker) {
     assert_eq!(code, Some(0));
     assert_eq!((&report["dry_run"], &report["applied"]), (&json!(true), &json!(false)));
     assert_eq!(report["vhosts"][0]["read_from"], "management_api");
-    assert_eq!(support::actions(&report), [("in_sync".to_string(), 11)].into(), "{report:#}");
+    assert_eq!(support::actions(&report), [("in_sync".to_string(), 12)].into(), "{report:#}");
 }
 
 /// `--dry-run` shows the plan and creates nothing.
@@ -164,7 +164,7 @@ async fn dry_run_changes_nothing(broker: Broker) {
     let (code, report) = vhost.json(&["apply", "--dry-run", spec.to_str().unwrap()]);
     assert_eq!(code, Some(0));
     assert_eq!((&report["dry_run"], &report["applied"]), (&json!(true), &json!(false)));
-    assert_eq!(support::actions(&report), [("create".to_string(), 11)].into(), "{report:#}");
+    assert_eq!(support::actions(&report), [("create".to_string(), 12)].into(), "{report:#}");
     support::one(
         support::steps(&report),
         &json!({"action": "create", "object": {"object": "queue", "name": "orders.dlq"}}),

@@ -54,12 +54,12 @@ async fn in_sync_is_quiet(broker: Broker) {
     let (code, report) = diff(&vhost, &spec);
     assert_eq!(code, Some(0));
     assert_eq!(report["in_sync"], true);
-    assert_eq!(report["summary"], json!({"in_sync": 11}));
+    assert_eq!(report["summary"], json!({"in_sync": 12}));
     let out = vhost.hopper(&["diff", &spec]);
     assert_eq!(out.status.code(), Some(0));
     let stdout = support::text(&out.stdout);
     assert_eq!(stdout.lines().count(), 1, "no noise: {stdout}");
-    assert!(stdout.contains("In sync") && stdout.contains("11 objects"), "{stdout}");
+    assert!(stdout.contains("In sync") && stdout.contains("12 objects"), "{stdout}");
 }
 
 async fn binding_deleted_by_hand(broker: Broker) {
@@ -72,7 +72,7 @@ async fn binding_deleted_by_hand(broker: Broker) {
     let (code, report) = diff(&vhost, &spec);
     assert_eq!(code, Some(1));
     assert_eq!(report["in_sync"], false);
-    assert_eq!(report["summary"], json!({"in_sync": 10, "missing": 1}));
+    assert_eq!(report["summary"], json!({"in_sync": 11, "missing": 1}));
     let missing = support::one(support::objects(&report), &json!({"status": "missing"}));
     assert_eq!(*missing, binding("missing", "orders.retry", "orders.wait-5s", "2"));
     assert_eq!(vhost.hopper(&["apply", &spec]).status.code(), Some(0));
@@ -85,7 +85,7 @@ async fn queue_deleted_by_hand(broker: Broker) {
     channel.queue_delete("orders.wait-1s".into(), QueueDeleteOptions::default()).await.unwrap();
     let (code, report) = diff(&vhost, &spec);
     assert_eq!(code, Some(1));
-    assert_eq!(report["summary"], json!({"in_sync": 9, "missing": 2}));
+    assert_eq!(report["summary"], json!({"in_sync": 10, "missing": 2}));
     let objects = support::objects(&report);
     support::one(objects, &json!({"status": "missing", "kind": "queue", "name": "orders.wait-1s"}));
     // Its binding went with it.
@@ -102,7 +102,7 @@ async fn queue_recreated_with_another_ttl(broker: Broker) {
     let by_hand = args(&[
         ("x-queue-type", Str("quorum")),
         ("x-message-ttl", Int(60000)),
-        ("x-dead-letter-exchange", Str("")),
+        ("x-dead-letter-exchange", Str("orders.retry")),
         ("x-dead-letter-routing-key", Str("orders")),
         ("x-dead-letter-strategy", Str("at-least-once")),
         ("x-overflow", Str("reject-publish")),
@@ -110,7 +110,7 @@ async fn queue_recreated_with_another_ttl(broker: Broker) {
     support::queue(&channel, "orders.wait-5s", by_hand).await;
     let (code, report) = diff(&vhost, &spec);
     assert_eq!(code, Some(1));
-    assert_eq!(report["summary"], json!({"in_sync": 9, "missing": 1, "conflict": 1}));
+    assert_eq!(report["summary"], json!({"in_sync": 10, "missing": 1, "conflict": 1}));
     let objects = support::objects(&report);
     let conflict = support::one(objects, &json!({"status": "conflict"}));
     assert!(support::matches(conflict, &json!({"kind": "queue", "name": "orders.wait-5s"})), "{conflict:#}");
@@ -143,7 +143,7 @@ async fn policy_overriding_the_dead_letter_exchange(broker: Broker) {
     policy(&vhost, false, "main-dlx", "^orders$", json!({"dead-letter-exchange": "ignored"})).await;
     let (code, report) = diff(&vhost, &spec);
     assert_eq!(code, Some(1));
-    assert_eq!(report["summary"], json!({"in_sync": 11, "overridden": 1}));
+    assert_eq!(report["summary"], json!({"in_sync": 12, "overridden": 1}));
     let overridden = support::one(support::objects(&report), &json!({"status": "overridden"}));
     assert_eq!(
         *overridden,
@@ -236,11 +236,11 @@ async fn json_schema(broker: Broker) {
     let (code, v) = diff(&vhost, &spec);
     assert_eq!(code, Some(1));
     assert_eq!(v["in_sync"], false);
-    assert_eq!(v["summary"], json!({"in_sync": 10, "missing": 1, "overridden": 1}));
+    assert_eq!(v["summary"], json!({"in_sync": 11, "missing": 1, "overridden": 1}));
     assert_eq!(v["vhosts"].as_array().unwrap().len(), 1);
     assert_eq!(v["vhosts"][0]["vhost"], vhost.name.as_str());
     let objects = support::objects(&v).as_array().unwrap();
-    assert_eq!(objects.len(), 12);
+    assert_eq!(objects.len(), 13);
     for o in objects {
         let status = o["status"].as_str().unwrap();
         assert!(["in_sync", "missing", "conflict", "extra", "overridden"].contains(&status), "{o}");

@@ -25,7 +25,7 @@ async fn import_matches_apply(broker: Broker) {
     let (code, report) = vhost.json(&["apply", "--dry-run", orders.to_str().unwrap(), payments.to_str().unwrap()]);
     assert_eq!(code, Some(0));
     assert_eq!((&report["dry_run"], &report["applied"]), (&json!(true), &json!(false)));
-    assert_eq!(support::actions(&report), [("in_sync".to_string(), 26)].into(), "{report:#}");
+    assert_eq!(support::actions(&report), [("in_sync".to_string(), 29)].into(), "{report:#}");
 }
 
 on_every_broker!(import_matches_apply);

@@ -1019,7 +1019,7 @@ fn graph_of_a_spec() {
     assert_graph(&graph, ("orders", "orders", "orders"), ("orders.wait-1s", "orders"));
     assert_graph(&graph, ("orders.dlx", "orders.dlq", "orders.dlq"), ("orders", "orders.dlq"));
     let wait = graph.edge(&Node::Queue("orders.wait-1s".into()), &Node::Queue("orders".into()), true).unwrap();
-    assert!(wait.label.contains("expired") && wait.label.contains("via default exchange \"orders\""), "{wait:?}");
+    assert!(wait.label.contains("expired") && wait.label.contains("via orders.retry \"orders\""), "{wait:?}");
 }
 
 /// `graph --live` on a vhost built by hand.

@@ -7,6 +7,7 @@ mod export;
 mod flow;
 mod hazards;
 mod inspect;
+mod migrate;
 mod props;
 mod prune;
 mod readme;

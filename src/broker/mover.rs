@@ -1,0 +1,166 @@
+//! Moving messages from one queue to another without losing one: each message is consumed,
+//! published to its destination with a publisher confirm and `mandatory`, and acknowledged at
+//! its source only once the broker has confirmed the copy. Killed at any instant, a message is
+//! either still at its source, or at its destination, or (confirmed but not yet acknowledged)
+//! at both: the source redelivers it with `redelivered` set, which is how the next run counts
+//! the possible duplicates.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use futures_lite::StreamExt;
+use lapin::Confirmation;
+use lapin::message::Delivery;
+use lapin::options::{
+    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicPublishOptions, BasicQosOptions,
+    ConfirmSelectOptions,
+};
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, Channel};
+
+use super::amqp::{Session, short};
+
+/// Deliveries in flight at once: the most a killed run can leave at both ends.
+pub const BATCH: u16 = 200;
+
+/// How long a consumer with nothing to receive waits before asking the broker for the count.
+const IDLE: Duration = Duration::from_millis(150);
+
+/// Headers the broker sets on each delivery from a quorum queue. They describe the old queue's
+/// deliveries, not the message: a copy that kept them would show counts its new queue never
+/// made (and a native-retry consumer would take them for failed attempts).
+const DELIVERY_HEADERS: [&str; 2] = ["x-delivery-count", "x-acquired-count"];
+
+/// When a move stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Until {
+    /// The source has no message ready and none is in flight.
+    Empty,
+    /// The source has at most this many messages ready: it is still being fed, and the caller
+    /// switches its bindings next, so that the few left are moved after the switch.
+    CaughtUp { ready: u64 },
+}
+
+/// What one move did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Moved {
+    pub messages: u64,
+    /// Moved messages the source had delivered before: an earlier, interrupted move may have
+    /// copied them already, so each may now be at the destination twice.
+    pub possible_duplicates: u64,
+}
+
+impl std::ops::AddAssign for Moved {
+    fn add_assign(&mut self, other: Moved) {
+        self.messages += other.messages;
+        self.possible_duplicates += other.possible_duplicates;
+    }
+}
+
+/// Moves messages from queue `from` to queue `to` (through the default exchange, so to exactly
+/// that queue), in order, keeping each message's properties, headers and body. The consumer is
+/// exclusive: nobody else takes a message from `from` meanwhile, and a queue that has consumers
+/// is refused rather than raced.
+pub async fn move_messages(session: &Session, from: &str, to: &str, until: Until) -> Result<Moved> {
+    let lane = session.lane().await?;
+    let mut counter = session.lane().await?;
+    let channel = lane.channel();
+    channel.confirm_select(ConfirmSelectOptions::default()).await?;
+    channel.basic_qos(BATCH, BasicQosOptions::default()).await?;
+    let options = BasicConsumeOptions { no_ack: false, exclusive: true, ..Default::default() };
+    let mut consumer = channel
+        .basic_consume(short(from)?, "hopper-move".into(), options, FieldTable::default())
+        .await
+        .with_context(|| format!("consuming from `{from}` to move its messages (does it have consumers?)"))?;
+    let mut moved = Moved::default();
+    loop {
+        let mut batch = Vec::new();
+        let mut idle = false;
+        while batch.len() < usize::from(BATCH) {
+            match tokio::time::timeout(IDLE, consumer.next()).await {
+                Ok(Some(delivery)) => batch.push(delivery?),
+                Ok(None) => bail!("the broker cancelled the move from `{from}` (was the queue deleted?)"),
+                Err(_) => {
+                    idle = true;
+                    break;
+                }
+            }
+        }
+        moved += forward(channel, &batch, to).await?;
+        let ready = counter.queue_counts(from).await?.map_or(0, |(ready, _)| ready);
+        let done = match until {
+            Until::Empty => idle && batch.is_empty() && ready == 0,
+            Until::CaughtUp { ready: at_most } => ready <= at_most,
+        };
+        if done {
+            break;
+        }
+    }
+    // Deliveries sent before the broker saw the cancel are still ours: move them too, so that
+    // none goes back to the source with a delivery counted against it.
+    channel.basic_cancel(consumer.tag(), BasicCancelOptions::default()).await?;
+    let mut rest = Vec::new();
+    while let Ok(Some(delivery)) = tokio::time::timeout(IDLE, consumer.next()).await {
+        rest.push(delivery?);
+    }
+    moved += forward(channel, &rest, to).await?;
+    let _ = channel.close(200, "moved".into()).await;
+    let _ = counter.channel().close(200, "counted".into()).await;
+    Ok(moved)
+}
+
+/// Publishes copies of `batch` to queue `to`, waits for every confirm, then acknowledges the
+/// originals: all of them at once when every copy was routed and confirmed. Otherwise only those
+/// before the first failure, and the rest go back to the source.
+async fn forward(channel: &Channel, batch: &[Delivery], to: &str) -> Result<Moved> {
+    let Some(last) = batch.last() else { return Ok(Moved::default()) };
+    let mut confirms = Vec::with_capacity(batch.len());
+    for d in batch {
+        let options = BasicPublishOptions { mandatory: true, immediate: false };
+        confirms.push(channel.basic_publish("".into(), short(to)?, options, &d.data, copy_properties(d)).await?);
+    }
+    let mut failed = None;
+    for (i, confirm) in confirms.into_iter().enumerate() {
+        let outcome = match confirm.await? {
+            Confirmation::Ack(None) => None,
+            Confirmation::Ack(Some(_)) => Some(format!("no queue `{to}` to move it to (the copy was returned)")),
+            Confirmation::Nack(_) => Some(format!("queue `{to}` refused the copy (is it full?)")),
+            Confirmation::NotRequested => Some("the broker did not confirm the copy".to_string()),
+        };
+        if let Some(reason) = outcome {
+            failed.get_or_insert((i, reason));
+        }
+    }
+    let possible_duplicates = |upto: usize| batch[..upto].iter().filter(|d| d.redelivered).count() as u64;
+    match failed {
+        None => {
+            channel.basic_ack(last.delivery_tag, BasicAckOptions { multiple: true }).await?;
+            Ok(Moved { messages: batch.len() as u64, possible_duplicates: possible_duplicates(batch.len()) })
+        }
+        Some((i, reason)) => {
+            if i > 0 {
+                channel.basic_ack(batch[i - 1].delivery_tag, BasicAckOptions { multiple: true }).await?;
+            }
+            channel.basic_nack(last.delivery_tag, BasicNackOptions { multiple: true, requeue: true }).await?;
+            bail!(
+                "moving messages to `{to}` stopped after {i} of a batch of {}: {reason}; the other {} went back where they were",
+                batch.len(),
+                batch.len() - i
+            )
+        }
+    }
+}
+
+fn copy_properties(d: &Delivery) -> BasicProperties {
+    let mut properties = d.properties.clone();
+    if let Some(headers) = properties.headers().as_ref() {
+        let mut kept = FieldTable::default();
+        for (key, value) in headers.inner() {
+            if !DELIVERY_HEADERS.contains(&key.as_str()) {
+                kept.insert(key.clone(), value.clone());
+            }
+        }
+        properties = properties.with_headers(kept);
+    }
+    properties
+}

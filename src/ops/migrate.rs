@@ -1,0 +1,123 @@
+//! Carries out one queue's migration (`plan::migrate`), stage by stage, reading the broker again
+//! before each stage: what the last stage did, or what a killed run left, decides the next.
+
+use std::collections::BTreeSet;
+
+use anyhow::{Result, bail};
+use serde::Serialize;
+
+use crate::broker::amqp::{Outcome, Session};
+use crate::broker::mover::{self, Moved, Until};
+use crate::broker::{Endpoint, http};
+use crate::live::Live;
+use crate::model::{Binding, Destination, Queue, QueueName};
+use crate::plan::is_quorum;
+use crate::plan::migrate::{Stage, feeding_bindings, holding_queue, stage};
+
+/// What one queue's migration did in this run.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Migrated {
+    pub queue: QueueName,
+    pub holding: QueueName,
+    /// Stages carried out, in order.
+    pub stages: Vec<Stage>,
+    /// Messages moved, counting each message once per move (there and back is two).
+    pub moved: u64,
+    /// Messages the source delivered a second time: an interrupted run may have copied them
+    /// already, so each may be in the queue twice.
+    pub possible_duplicates: u64,
+}
+
+/// At most this many stages per queue and run: each stage changes what the next reads, so a
+/// loop that does not end means something outside hopper undoes it (a consumer re-declaring
+/// the old queue, say): stop and say so rather than spin.
+const MAX_STAGES: usize = 12;
+
+pub async fn migrate(session: &mut Session, endpoint: &Endpoint, vhost: &str, desired: &Queue) -> Result<Migrated> {
+    let holding_name = holding_queue(&desired.name);
+    let holding = Queue { name: holding_name.clone(), ..desired.clone() };
+    let mut done = Migrated { queue: desired.name.clone(), holding: holding_name.clone(), ..Migrated::default() };
+    for _ in 0..MAX_STAGES {
+        let live = http::read(endpoint, vhost).await?;
+        let next = stage(desired, live.queues.get(&desired.name), live.queues.get(&holding_name));
+        if next == Stage::Done {
+            return Ok(done);
+        }
+        done.stages.push(next);
+        let moved = match next {
+            Stage::DeclareHolding => {
+                declared(session.declare_queue(&holding).await?, &holding_name)?;
+                Moved::default()
+            }
+            Stage::EmptyOld => empty_into(session, &live, &desired.name, &holding_name).await?,
+            Stage::Declare => {
+                declared(session.declare_queue(desired).await?, &desired.name)?;
+                Moved::default()
+            }
+            Stage::Return => empty_into(session, &live, &holding_name, &desired.name).await?,
+            Stage::Done => unreachable!(),
+        };
+        done.moved += moved.messages;
+        done.possible_duplicates += moved.possible_duplicates;
+    }
+    bail!(
+        "the migration of `{}` did not finish in {MAX_STAGES} stages ({}): something else is changing these queues",
+        desired.name,
+        done.stages.iter().map(|s| s.describe()).collect::<Vec<_>>().join(", ")
+    )
+}
+
+/// Moves everything that reaches `from` to `to`, then deletes `from` once it is empty: its
+/// messages first while it is still bound (so they keep their order ahead of new arrivals),
+/// then its bindings, then the few messages that arrived meanwhile. A binding is added to `to`
+/// before it is removed from `from`: a message routed between the two reaches both (a
+/// duplicate), never neither.
+async fn empty_into(session: &mut Session, live: &Live, from: &QueueName, to: &QueueName) -> Result<Moved> {
+    let queue = &live.queues[from];
+    if let Some(n @ 1..) = queue.consumers {
+        bail!(
+            "`{from}` has {n} consumer(s): stop them, then run apply --migrate again (its messages wait meanwhile; deleting it would cancel them)"
+        );
+    }
+    let bindings: BTreeSet<(crate::model::ExchangeName, String, crate::model::Arguments)> =
+        feeding_bindings(live, from)
+            .chain(feeding_bindings(live, to))
+            .map(|b| (b.source.clone(), b.routing_key.clone(), b.arguments.clone()))
+            .collect();
+    let to_binding = |queue: &QueueName, (source, key, args): &(_, String, _)| Binding {
+        source: crate::model::ExchangeName::clone(source),
+        destination: Destination::Queue(queue.clone()),
+        routing_key: key.clone(),
+        arguments: crate::model::Arguments::clone(args),
+    };
+    let mut moved = Moved::default();
+    let switched = feeding_bindings(live, from).next().is_none();
+    if !switched {
+        moved += mover::move_messages(session, from, to, Until::CaughtUp { ready: u64::from(mover::BATCH) }).await?;
+    }
+    for b in &bindings {
+        bound(session.bind(&to_binding(to, b)).await?, to)?;
+    }
+    for b in &bindings {
+        bound(session.unbind(&to_binding(from, b)).await?, from)?;
+    }
+    moved += mover::move_messages(session, from, to, Until::Empty).await?;
+    let quorum = queue.arguments.as_ref().is_some_and(is_quorum);
+    // Refused when a message arrived since: the next stage reads the broker again and moves it.
+    let _ = session.delete_if_empty(from, !quorum).await?;
+    Ok(moved)
+}
+
+fn declared(outcome: Outcome, queue: &QueueName) -> Result<()> {
+    match outcome {
+        Outcome::Done => Ok(()),
+        Outcome::Refused(reason) => bail!("the broker refused to declare `{queue}`: {reason}"),
+    }
+}
+
+fn bound(outcome: Outcome, queue: &QueueName) -> Result<()> {
+    match outcome {
+        Outcome::Done => Ok(()),
+        Outcome::Refused(reason) => bail!("the broker refused to change a binding of `{queue}`: {reason}"),
+    }
+}

@@ -1,0 +1,277 @@
+//! `apply --migrate` on real brokers: a queue gets arguments that cannot change in place under
+//! the same name, while producers publish and wait queues expire into it, killed at random
+//! points; afterwards every message is there (counted by message id), and `diff` is in sync.
+
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use lapin::options::{BasicConsumeOptions, QueueDeclareOptions};
+use lapin::types::FieldTable;
+use serde_json::json;
+
+use crate::support::{self, Broker, Vhost, on_every_broker};
+
+fn republish(queue_type: &str, delay: &str) -> String {
+    format!(
+        "[topology.orders]\nqueue_type = \"{queue_type}\"\nrouting_keys = [\"order.created\"]\ndelays = [\"{delay}\"]\nmax_attempts = 3\n"
+    )
+}
+
+/// Starts `hopper apply --migrate SPEC` in the background, pointed at `broker`.
+fn spawn_migrate(broker: Broker, spec: &str) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_hopper"))
+        .args(["apply", "--migrate", spec])
+        .env("NO_COLOR", "1")
+        .env("HOPPER_AMQP_URL", broker.amqp())
+        .env("HOPPER_MANAGEMENT_URL", broker.management())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run hopper")
+}
+
+/// A small deterministic generator, seeded from the clock and printed, so that a failing run's
+/// kill points can be replayed.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// Publishes to the main exchange (and, as a consumer's retries would, to the retry exchange)
+/// until told to stop; every publish is confirmed and mandatory, so a message that found no
+/// queue at any moment of the migration fails the test. Returns the ids it published.
+fn publisher(connection: Arc<lapin::Connection>, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<Vec<String>> {
+    tokio::spawn(async move {
+        let mut ids = Vec::new();
+        let mut n = 0;
+        while !stop.load(Ordering::SeqCst) {
+            let id = format!("live-{n}");
+            let (exchange, key) = if n % 5 == 0 { ("orders.retry", "1") } else { ("orders", "order.created") };
+            support::publish(&connection, exchange, key, std::slice::from_ref(&id)).await;
+            ids.push(id);
+            n += 1;
+            tokio::time::sleep(Duration::from_millis(4)).await;
+        }
+        ids
+    })
+}
+
+/// Every message of `queues`, by id, with how many copies each has.
+async fn census(connection: &lapin::Connection, queues: &[&str]) -> BTreeMap<String, usize> {
+    let mut seen = BTreeMap::new();
+    for q in queues {
+        for m in support::drain(connection, q).await {
+            *seen.entry(support::message_id(&m.delivery.properties)).or_insert(0) += 1;
+        }
+    }
+    seen
+}
+
+/// The proof of issue 10: classic to quorum, 5,000 messages waiting, a publisher running and a
+/// wait queue expiring into the main queue, hopper killed three times at random points.
+async fn classic_to_quorum_under_load_killed_three_times(broker: Broker) {
+    let vhost = Vhost::new(broker, "migrate-load").await;
+    let spec = vhost.spec("orders.toml", &republish("classic", "2s"));
+    let spec = spec.to_str().unwrap().to_string();
+    assert_eq!(vhost.hopper(&["apply", &spec]).status.code(), Some(0));
+    let connection = Arc::new(vhost.connect().await);
+    let waiting: Vec<String> = (0..5_000).map(|i| format!("waiting-{i}")).collect();
+    support::publish(&connection, "orders", "order.created", &waiting).await;
+    let retrying: Vec<String> = (0..200).map(|i| format!("retrying-{i}")).collect();
+    support::publish(&connection, "orders.retry", "1", &retrying).await;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let live = publisher(connection.clone(), stop.clone());
+    vhost.spec("orders.toml", &republish("quorum", "2s"));
+
+    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1;
+    eprintln!("kill seed {seed}");
+    let mut rng = Rng(seed);
+    let mut kills = 0;
+    let mut runs = 0;
+    loop {
+        runs += 1;
+        assert!(runs <= 12, "apply --migrate did not finish in 12 runs");
+        let mut child = spawn_migrate(broker, &spec);
+        let deadline = (kills < 3).then(|| Instant::now() + Duration::from_millis(100 + rng.below(4_000)));
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break Some(status);
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                child.kill().unwrap();
+                child.wait().unwrap();
+                kills += 1;
+                eprintln!("killed run {runs}");
+                break None;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        if let Some(status) = status {
+            let out = child.wait_with_output().unwrap();
+            eprintln!("run {runs}: {status}\n{}{}", support::text(&out.stdout), support::text(&out.stderr));
+            assert_eq!(status.code(), Some(0), "apply --migrate failed");
+            if kills >= 3 {
+                break;
+            }
+            // Finished before the kills: migrate back and forth until three kills have landed.
+            let kind = if runs % 2 == 1 { "classic" } else { "quorum" };
+            vhost.spec("orders.toml", &republish(kind, "2s"));
+        }
+    }
+    // The last run may have ended on classic: finish on quorum.
+    vhost.spec("orders.toml", &republish("quorum", "2s"));
+    assert_eq!(vhost.hopper(&["apply", "--migrate", &spec]).status.code(), Some(0));
+
+    stop.store(true, Ordering::SeqCst);
+    let published = live.await.unwrap();
+    assert!(!published.is_empty());
+    // The wait queue hands everything back within its TTL.
+    support::wait_for_count(&connection, "orders.wait-2s", 0, Duration::from_secs(30)).await;
+    let (code, diff) = vhost.json(&["diff", &spec]);
+    assert_eq!(code, Some(0), "{diff:#}");
+    for q in ["orders", "orders.wait-2s", "orders.dlq"] {
+        assert_eq!(support::count(&connection, &format!("hopper.migrating.{q}")).await, None, "{q}'s holding queue");
+    }
+    let seen = census(&connection, &["orders", "orders.dlq"]).await;
+    let expected: Vec<&String> = waiting.iter().chain(&retrying).chain(&published).collect();
+    let lost: Vec<&&String> = expected.iter().filter(|id| !seen.contains_key(id.as_str())).collect();
+    let duplicates = seen.values().filter(|n| **n > 1).count();
+    eprintln!("{} messages expected, {} ids found, {duplicates} duplicated, {kills} kills", expected.len(), seen.len());
+    assert!(lost.is_empty(), "{} lost, such as {:?}", lost.len(), &lost[..lost.len().min(10)]);
+    assert_eq!(seen.len(), expected.len(), "ids nobody published");
+}
+
+/// A main queue with a consumer is not switched from under it: refused with the way out, and
+/// nothing changes.
+async fn a_queue_with_consumers_is_refused(broker: Broker) {
+    let vhost = Vhost::new(broker, "migrate-consumers").await;
+    let spec = vhost.spec("orders.toml", &republish("classic", "5s"));
+    let spec = spec.to_str().unwrap().to_string();
+    assert_eq!(vhost.hopper(&["apply", &spec]).status.code(), Some(0));
+    let connection = vhost.connect().await;
+    let channel = connection.create_channel().await.unwrap();
+    let _consumer = channel
+        .basic_consume("orders".into(), "app".into(), BasicConsumeOptions::default(), FieldTable::default())
+        .await
+        .unwrap();
+    // The management API reports consumers a few seconds late.
+    let start = Instant::now();
+    loop {
+        let live = hopper::broker::http::read(&broker.endpoint(), &vhost.name).await.unwrap();
+        if live.queues.get("orders").and_then(|q| q.consumers) == Some(1) {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "the consumer never showed");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    vhost.spec("orders.toml", &republish("quorum", "5s"));
+    let (code, report) = vhost.json(&["apply", "--migrate", &spec]);
+    assert_eq!(code, Some(3), "{report:#}");
+    let refused = support::one(support::steps(&report), &json!({"action": "conflict", "object": {"name": "orders"}}));
+    let why = refused["ways_out"][0]["says"].as_str().unwrap();
+    assert!(why.contains("1 consumer(s)") && why.contains("stop them"), "{why}");
+    assert_eq!(support::count(&connection, "hopper.migrating.orders").await, None);
+    assert_eq!(report["applied"], json!(false));
+}
+
+/// A run killed after declaring the holding queue leaves it behind: apply without --migrate
+/// refuses and says so; apply --migrate finishes the job with every message.
+async fn an_interrupted_migration_is_named_and_finished(broker: Broker) {
+    let vhost = Vhost::new(broker, "migrate-resume").await;
+    let spec = vhost.spec("orders.toml", &republish("classic", "5s"));
+    let spec = spec.to_str().unwrap().to_string();
+    assert_eq!(vhost.hopper(&["apply", &spec]).status.code(), Some(0));
+    let connection = vhost.connect().await;
+    let ids: Vec<String> = (0..50).map(|i| format!("m-{i}")).collect();
+    support::publish(&connection, "orders", "order.created", &ids).await;
+    // What a killed run leaves after its first stage: the holding queue, with the new arguments.
+    vhost.spec("orders.toml", &republish("quorum", "5s"));
+    let (_, compiled) = vhost.json(&["compile", &spec]);
+    let orders = support::one(&compiled[0]["objects"], &json!({"object": "queue", "name": "orders"}));
+    let mut arguments = FieldTable::default();
+    for (k, v) in orders["arguments"].as_object().unwrap() {
+        let value = match v {
+            serde_json::Value::String(s) => lapin::types::AMQPValue::LongString(s.as_str().into()),
+            serde_json::Value::Number(n) => lapin::types::AMQPValue::LongLongInt(n.as_i64().unwrap()),
+            other => panic!("{other}"),
+        };
+        arguments.insert(k.as_str().into(), value);
+    }
+    let channel = connection.create_channel().await.unwrap();
+    channel
+        .queue_declare(
+            "hopper.migrating.orders".into(),
+            QueueDeclareOptions { durable: true, ..Default::default() },
+            arguments,
+        )
+        .await
+        .unwrap();
+
+    let (code, report) = vhost.json(&["apply", &spec]);
+    assert_eq!(code, Some(3), "{report:#}");
+    let refused = support::one(support::steps(&report), &json!({"action": "conflict", "object": {"name": "orders"}}));
+    assert!(refused["ways_out"][0]["says"].as_str().unwrap().contains("interrupted"), "{refused:#}");
+
+    let (code, report) = vhost.json(&["apply", "--migrate", &spec]);
+    assert_eq!(code, Some(0), "{report:#}");
+    support::one(support::steps(&report), &json!({"action": "migrate", "object": {"name": "orders"}, "resumes": true}));
+    assert_eq!(vhost.json(&["diff", &spec]).0, Some(0));
+    let seen = census(&connection, &["orders"]).await;
+    assert_eq!(seen.keys().cloned().collect::<std::collections::BTreeSet<_>>(), ids.iter().cloned().collect());
+    assert!(seen.values().all(|n| *n == 1));
+}
+
+/// A wait queue declared as hopper 0.1 did (dead-lettering through the default exchange) is in
+/// sync, with a note; `apply --migrate` moves it to the return binding, messages kept.
+async fn an_old_wait_queue_is_in_sync_and_migrates(broker: Broker) {
+    let vhost = Vhost::new(broker, "migrate-legacy").await;
+    let spec = vhost.spec("orders.toml", &republish("classic", "3s"));
+    let spec = spec.to_str().unwrap().to_string();
+    assert_eq!(vhost.hopper(&["apply", &spec]).status.code(), Some(0));
+    let connection = vhost.connect().await;
+    let channel = connection.create_channel().await.unwrap();
+    channel.queue_delete("orders.wait-3s".into(), Default::default()).await.unwrap();
+    let legacy = support::args(&[
+        ("x-message-ttl", support::Arg::Int(3000)),
+        ("x-dead-letter-exchange", support::Arg::Str("")),
+        ("x-dead-letter-routing-key", support::Arg::Str("orders")),
+    ]);
+    support::queue(&channel, "orders.wait-3s", legacy).await;
+    support::bind(&channel, "orders.wait-3s", "orders.retry", "1").await;
+    support::bind(&channel, "orders.wait-3s", "orders.retry", "2").await;
+
+    let (code, diff) = vhost.json(&["diff", &spec]);
+    assert_eq!(code, Some(0), "{diff:#}");
+    let entry = support::one(support::objects(&diff), &json!({"kind": "queue", "name": "orders.wait-3s"}));
+    assert!(entry["note"].as_str().unwrap().contains("hopper 0.1"), "{entry:#}");
+
+    let ids: Vec<String> = (0..20).map(|i| format!("w-{i}")).collect();
+    support::publish(&connection, "orders.retry", "1", &ids).await;
+    let (code, report) = vhost.json(&["apply", "--migrate", &spec]);
+    assert_eq!(code, Some(0), "{report:#}");
+    let (code, diff) = vhost.json(&["diff", &spec]);
+    assert_eq!(code, Some(0));
+    assert!(
+        support::one(support::objects(&diff), &json!({"kind": "queue", "name": "orders.wait-3s"})).get("note").is_none()
+    );
+    support::wait_for_count(&connection, "orders", 20, Duration::from_secs(20)).await;
+    let seen = census(&connection, &["orders"]).await;
+    assert_eq!(seen.len(), 20);
+}
+
+on_every_broker!(
+    classic_to_quorum_under_load_killed_three_times,
+    a_queue_with_consumers_is_refused,
+    an_interrupted_migration_is_named_and_finished,
+    an_old_wait_queue_is_in_sync_and_migrates,
+);
