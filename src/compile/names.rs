@@ -52,33 +52,39 @@ impl Topology {
     }
 
     /// Whether `name` is one of this topology's queues, under the current spec or an earlier one:
-    /// the main or dead-letter queue, or a name its strategy generates. Exact, not a prefix:
+    /// the main or dead-letter queue, or a name a strategy generates. Exact, not a prefix:
     /// `orders2.wait-5s` is not `orders`'s.
     pub fn owns_queue(&self, name: &str) -> bool {
         self.queue == name || self.dead_letter_queue == name || self.generated_name(name).is_some()
     }
 
-    /// Whether `name` is a name this topology's strategy generates for some delay, hop or
-    /// attempt (not necessarily one the spec has now): `<queue>.wait-<delay>` (republish),
-    /// `<queue>.hop-<n>.wait-<delay>` and `<queue>.attempt-<n>` (chain), the delay spelt as hopper
-    /// spells it. Returns the hop or attempt number where there is one.
+    /// Whether `name` is a name some strategy generates for this topology's main queue, for some
+    /// delay, hop or attempt (not necessarily one the spec has now, nor its strategy now: a
+    /// topology moved from republish to chain still owns its old wait queues):
+    /// `<queue>.wait-<delay>` (republish), `<queue>.hop-<n>.wait-<delay>` and
+    /// `<queue>.attempt-<n>` (chain), the delay spelt as hopper spells it. Returns the hop or
+    /// attempt number where there is one.
     pub fn generated_name(&self, name: &str) -> Option<GeneratedName> {
         let rest = name.strip_prefix(self.queue.as_str())?.strip_prefix('.')?;
         let canonical = |d: &str| parse_duration(d).is_ok_and(|p| format_duration(p) == d);
         let number = |text: &str| text.parse::<u32>().ok().filter(|n| n.to_string() == text && *n >= 1);
-        match self.strategy {
-            Strategy::Native => None,
-            Strategy::Republish => {
-                rest.strip_prefix("wait-").filter(|d| canonical(d)).map(|_| GeneratedName::Wait { hop: None })
-            }
-            Strategy::Chain => {
-                if let Some(n) = rest.strip_prefix("attempt-") {
-                    return number(n).filter(|n| *n >= 2).map(|attempt| GeneratedName::Work { attempt });
-                }
-                let (hop, delay) = rest.strip_prefix("hop-")?.split_once(".wait-")?;
-                let hop = number(hop)?;
-                canonical(delay).then_some(GeneratedName::Wait { hop: Some(hop) })
-            }
+        if let Some(delay) = rest.strip_prefix("wait-") {
+            return canonical(delay).then_some(GeneratedName::Wait { hop: None });
+        }
+        if let Some(n) = rest.strip_prefix("attempt-") {
+            return number(n).filter(|n| *n >= 2).map(|attempt| GeneratedName::Work { attempt });
+        }
+        let (hop, delay) = rest.strip_prefix("hop-")?.split_once(".wait-")?;
+        let hop = number(hop)?;
+        canonical(delay).then_some(GeneratedName::Wait { hop: Some(hop) })
+    }
+
+    /// The queue a generated wait queue returns its messages to, by the strategy its name
+    /// belongs to: the main queue (republish), or the next attempt's work queue (chain).
+    pub fn returns_to(&self, generated: GeneratedName) -> QueueName {
+        match generated {
+            GeneratedName::Wait { hop: Some(hop) } => QueueName::new(format!("{}.attempt-{}", self.queue, hop + 1)),
+            GeneratedName::Wait { hop: None } | GeneratedName::Work { .. } => self.queue.clone(),
         }
     }
 }

@@ -111,10 +111,10 @@ pub fn left_over(t: &Topology, name: &str, q: &LiveQueue) -> Option<GeneratedNam
         GeneratedName::Wait { hop } => {
             // Dead-lettering through the retry exchange's return binding, or (as hopper 0.1
             // declared it) through the default exchange straight to the queue.
-            let hop = hop.unwrap_or(1);
-            let (target, key) = (t.return_queue(hop), t.return_key(hop));
+            let target = t.returns_to(GeneratedName::Wait { hop });
+            let key = target.as_str();
             matches!(args.get(arg::MESSAGE_TTL), Some(ArgValue::Int(_)))
-                && ((is(arg::DEAD_LETTER_EXCHANGE, &t.retry_exchange) && is(arg::DEAD_LETTER_ROUTING_KEY, &key))
+                && ((is(arg::DEAD_LETTER_EXCHANGE, &t.retry_exchange) && is(arg::DEAD_LETTER_ROUTING_KEY, key))
                     || (is(arg::DEAD_LETTER_EXCHANGE, "") && is(arg::DEAD_LETTER_ROUTING_KEY, &target)))
         }
         GeneratedName::Work { attempt } => {

@@ -247,9 +247,13 @@ fn only_queues_of_hoppers_grammar_and_shape_are_left_overs() {
     assert_eq!(left_over(t, "orders.attempt-log", &foreign), None);
     assert_eq!(left_over(t, "orders.attempt-7", &foreign), None);
     assert_eq!(left_over(t, "orders.hop-01.wait-1s", &shaped("orders.hop-1.wait-1s")), None);
-    // Republish owns no attempt queues, and a foreign queue bound to the main exchange stays bound.
+    // A topology moved from chain to republish still owns what chain left (and a republish wait
+    // queue after a move to chain); a foreign queue bound to the main exchange stays bound.
     let r = compiled(ORDERS);
-    assert_eq!(left_over(&r[0].topology, "orders.attempt-2", &shaped("orders.attempt-2")), None);
+    assert_eq!(
+        left_over(&r[0].topology, "orders.attempt-2", &shaped("orders.attempt-2")),
+        Some(GeneratedName::Work { attempt: 2 })
+    );
     live = live_from(&r[0].objects);
     live.queues.insert("orders.attempt-log".into(), foreign);
     live.bindings.as_mut().unwrap().insert(Binding::to_queue("orders", "orders.attempt-log", "order.#"));

@@ -269,7 +269,66 @@ async fn an_old_wait_queue_is_in_sync_and_migrates(broker: Broker) {
     assert_eq!(seen.len(), 20);
 }
 
+fn strategy(name: &str) -> String {
+    format!(
+        "[topology.orders]\nstrategy = \"{name}\"\nrouting_keys = [\"order.created\"]\ndelays = [\"2s\"]\nmax_attempts = 3\n"
+    )
+}
+
+/// Moving a topology between strategies (republish, chain, and on 4.3 native) changes its main
+/// queue's arguments: refused without --migrate, with --migrate as the first way out; done with
+/// it, and every message that was waiting, in the main queue or in a wait queue, arrives.
+async fn strategy_moves_keep_waiting_messages(broker: Broker) {
+    let vhost = Vhost::new(broker, "migrate-strategy").await;
+    let spec = vhost.spec("orders.toml", &strategy("republish"));
+    let spec = spec.to_str().unwrap().to_string();
+    assert_eq!(vhost.hopper(&["apply", &spec]).status.code(), Some(0));
+    let connection = vhost.connect().await;
+    let mut moves = vec!["chain"];
+    if broker.version() >= (4, 3) {
+        moves.push("native");
+    }
+    moves.push("republish");
+    let mut ids = Vec::new();
+    for (n, to) in moves.into_iter().enumerate() {
+        let main: Vec<String> = (0..100).map(|i| format!("main-{n}-{i}")).collect();
+        support::publish(&connection, "orders", "order.created", &main).await;
+        ids.extend(main);
+        if support::count(&connection, "orders.wait-2s").await.is_some() {
+            // As a republish consumer's retry would: waiting to return to the main queue.
+            let waiting: Vec<String> = (0..30).map(|i| format!("waiting-{n}-{i}")).collect();
+            support::publish(&connection, "orders.retry", "1", &waiting).await;
+            ids.extend(waiting);
+        }
+        vhost.spec("orders.toml", &strategy(to));
+        let (code, report) = vhost.json(&["apply", &spec]);
+        assert_eq!(code, Some(3), "{report:#}");
+        let refused = support::one(support::steps(&report), &json!({"action": "conflict", "object": {"name": "orders"}}));
+        assert!(refused["ways_out"][0]["says"].as_str().unwrap().contains("--migrate"), "{refused:#}");
+        let (code, report) = vhost.json(&["apply", "--migrate", &spec]);
+        assert_eq!(code, Some(0), "to {to}: {report:#}");
+        // What waited in the old shape's wait queues comes back; then the left-overs go.
+        let start = Instant::now();
+        loop {
+            let (_, report) = vhost.json(&["apply", "--prune", &spec]);
+            let extra = support::actions(&report).contains_key("extra");
+            let (code, _) = vhost.json(&["diff", &spec]);
+            if code == Some(0) && !extra {
+                break;
+            }
+            assert!(start.elapsed() < Duration::from_secs(60), "left-overs of the move to {to} never went: {report:#}");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+    let seen = census(&connection, &["orders"]).await;
+    let missing: Vec<&String> = ids.iter().filter(|id| !seen.contains_key(id.as_str())).collect();
+    assert!(missing.is_empty(), "lost: {missing:?}");
+    assert_eq!(seen.len(), ids.len());
+    assert!(seen.values().all(|n| *n == 1), "no run was interrupted, so no duplicate");
+}
+
 on_every_broker!(
+    strategy_moves_keep_waiting_messages,
     classic_to_quorum_under_load_killed_three_times,
     a_queue_with_consumers_is_refused,
     an_interrupted_migration_is_named_and_finished,
