@@ -217,6 +217,12 @@ fn describe(step: &Step) -> String {
             }
             lines.join("\n")
         }
+        Step::MoveMessages { from, to, messages } => format!(
+            "  {} move      queue    {}: its {messages} message(s) into {}, where they get another attempt",
+            output::paint("~", "33"),
+            output::safe(from),
+            output::safe(to)
+        ),
         Step::Unbind { binding } => {
             format!("  {} unbind    binding  {}", output::paint("-", "33"), output::safe(&binding.to_string()))
         }

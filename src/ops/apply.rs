@@ -157,8 +157,15 @@ async fn execute(
         return Ok((refused, migrated));
     }
     for i in migrations {
-        let Step::Migrate { object: Object::Queue(q), .. } = &plan.steps[i] else { continue };
-        migrated.push(super::migrate::migrate(session, endpoint, &plan.vhost, q).await?);
+        match &plan.steps[i] {
+            Step::Migrate { object: Object::Queue(q), .. } => {
+                migrated.push(super::migrate::migrate(session, endpoint, &plan.vhost, q).await?);
+            }
+            Step::MoveMessages { from, to, .. } => {
+                migrated.push(super::migrate::move_out(session, from, to).await?);
+            }
+            _ => {}
+        }
     }
     refused.extend(refusals(session.execute(plan, after).await?));
     Ok((refused, migrated))

@@ -205,7 +205,7 @@ fn entry(step: &Step) -> Option<Entry> {
         Step::InSync { object, note } => {
             Entry { note: note.clone(), ..Entry::new(Status::InSync, Subject::of(object)) }
         }
-        Step::Migrate { .. } => unreachable!("diff plans no migration"),
+        Step::Migrate { .. } | Step::MoveMessages { .. } => unreachable!("diff plans no migration"),
         // `Ensure` only arises without the management API, which diff refuses to work without.
         Step::Create { object } | Step::Ensure { object } => Entry::new(Status::Missing, Subject::of(object)),
         Step::Conflict { object, differences, ways_out } => Entry {

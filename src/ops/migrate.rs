@@ -18,6 +18,7 @@ use crate::plan::migrate::{Stage, feeding_bindings, holding_queue, stage};
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Migrated {
     pub queue: QueueName,
+    /// Where its messages went meanwhile (or, for a left-over's messages, for good).
     pub holding: QueueName,
     /// Stages carried out, in order.
     pub stages: Vec<Stage>,
@@ -55,7 +56,7 @@ pub async fn migrate(session: &mut Session, endpoint: &Endpoint, vhost: &str, de
                 Moved::default()
             }
             Stage::Return => empty_into(session, &live, &holding_name, &desired.name).await?,
-            Stage::Done => unreachable!(),
+            Stage::Done | Stage::MoveOut => unreachable!(),
         };
         done.moved += moved.messages;
         done.possible_duplicates += moved.possible_duplicates;
@@ -65,6 +66,18 @@ pub async fn migrate(session: &mut Session, endpoint: &Endpoint, vhost: &str, de
         desired.name,
         done.stages.iter().map(|s| s.describe()).collect::<Vec<_>>().join(", ")
     )
+}
+
+/// Moves a left-over queue's messages into `to`; the queue stays, empty, for `--prune`.
+pub async fn move_out(session: &mut Session, from: &QueueName, to: &QueueName) -> Result<Migrated> {
+    let moved = mover::move_messages(session, from, to, Until::Empty).await?;
+    Ok(Migrated {
+        queue: from.clone(),
+        holding: to.clone(),
+        stages: vec![Stage::MoveOut],
+        moved: moved.messages,
+        possible_duplicates: moved.possible_duplicates,
+    })
 }
 
 /// Moves everything that reaches `from` to `to`, then deletes `from` once it is empty: its

@@ -4,23 +4,31 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{Step, is_quorum};
+use super::{Options, Step, is_quorum};
 use crate::compile::{CompiledTopology, GeneratedName};
 use crate::live::{Live, LiveQueue};
 use crate::model::{ArgValue, Binding, Destination, Key, QueueName, arg};
 use crate::spec::Topology;
 
 /// The unbind, extra and delete steps for the vhost's left-overs.
-pub(super) fn steps(topologies: &[&CompiledTopology], live: &Live, wanted: &BTreeSet<Key>, prune: bool) -> Vec<Step> {
+pub(super) fn steps(
+    topologies: &[&CompiledTopology],
+    live: &Live,
+    wanted: &BTreeSet<Key>,
+    options: &Options,
+) -> Vec<Step> {
+    let prune = options.prune;
     let mut steps = Vec::new();
     let queues = super::desired_queues(topologies);
 
     // Queues hopper made for these topologies under an earlier spec.
-    let left_overs: BTreeMap<&QueueName, (GeneratedName, &LiveQueue)> = live
+    let left_overs: BTreeMap<&QueueName, (GeneratedName, &LiveQueue, &Topology)> = live
         .queues
         .iter()
         .filter(|(name, _)| !queues.contains(*name))
-        .filter_map(|(name, q)| topologies.iter().find_map(|t| left_over(&t.topology, name, q).map(|g| (name, (g, q)))))
+        .filter_map(|(name, q)| {
+            topologies.iter().find_map(|t| left_over(&t.topology, name, q).map(|g| (name, (g, q, &t.topology))))
+        })
         .collect();
 
     // Bindings hopper moves: from a topology's retry and dead-letter exchanges to its own queues,
@@ -68,13 +76,21 @@ pub(super) fn steps(topologies: &[&CompiledTopology], live: &Live, wanted: &BTre
     // Where each live queue dead-letters once this plan is applied: a left-over queue something
     // still dead-letters into is never deleted, or its next messages would be dropped.
     let feeds = dead_letter_targets(live, &unbound);
-    for (name, (generated, q)) in &left_overs {
+    for (name, (generated, q, topology)) in &left_overs {
         let drains_into = drains_into(q, live);
         let fed_by = feeds.iter().find(|(from, to)| to == *name && from != *name).map(|(from, _)| from.clone());
         let (messages, consumers) = (q.messages.unwrap_or(1), q.consumers.unwrap_or(1));
-        let kept_because = if messages > 0 && matches!(generated, GeneratedName::Work { .. }) {
+        let work = matches!(generated, GeneratedName::Work { .. });
+        // A work queue of an earlier chain: what waits there is due for another attempt, which
+        // the main queue now gives it. Only once nothing feeds it any more, so it stays empty.
+        if options.migrate && work && messages > 0 && consumers == 0 && fed_by.is_none() && q.messages.is_some() {
+            steps.push(Step::MoveMessages { from: (*name).clone(), to: topology.queue.clone(), messages });
+            continue;
+        }
+        let kept_because = if messages > 0 && work {
             format!(
-                "it holds {messages} message(s) that the new contract no longer consumes: consume them or move them to the dead-letter queue"
+                "it holds {messages} message(s) that the new contract no longer consumes: consume them, or run apply --migrate to move them into `{}` once nothing dead-letters into it any more",
+                topology.queue
             )
         } else if let Some(from) = fed_by {
             format!("`{from}` still dead-letters into it; it goes once that queue has gone")

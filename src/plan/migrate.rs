@@ -47,6 +47,8 @@ pub enum Stage {
     /// messages back, then delete the holding queue.
     Return,
     Done,
+    /// A left-over queue's messages moved into the queue that now gives them their attempt.
+    MoveOut,
 }
 
 impl Stage {
@@ -57,6 +59,7 @@ impl Stage {
             Stage::Declare => "declaring the queue with its new arguments",
             Stage::Return => "moving the bindings and messages back from the holding queue",
             Stage::Done => "done",
+            Stage::MoveOut => "moving its messages out",
         }
     }
 }

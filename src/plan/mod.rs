@@ -111,6 +111,13 @@ pub enum Step {
         holding: QueueName,
         resumes: bool,
     },
+    /// A left-over queue's messages moved into another queue by `apply --migrate`: an earlier
+    /// chain's work queue, whose messages are due for an attempt the main queue now gives them.
+    MoveMessages {
+        from: QueueName,
+        to: QueueName,
+        messages: u64,
+    },
     /// A binding between this topology's exchanges and queues that the spec no longer has,
     /// removed only after the bindings that replace it exist.
     Unbind {
@@ -143,6 +150,7 @@ pub enum Action {
     Ensure,
     Conflict,
     Migrate,
+    MoveMessages,
     Unbind,
     Extra,
     Delete,
@@ -156,6 +164,7 @@ impl Action {
             Action::Ensure => "ensure",
             Action::Conflict => "conflict",
             Action::Migrate => "migrate",
+            Action::MoveMessages => "move messages",
             Action::Unbind => "unbind",
             Action::Extra => "extra",
             Action::Delete => "delete",
@@ -164,7 +173,10 @@ impl Action {
 
     /// Whether the step changes the broker.
     pub fn changes(self) -> bool {
-        matches!(self, Action::Create | Action::Ensure | Action::Migrate | Action::Unbind | Action::Delete)
+        matches!(
+            self,
+            Action::Create | Action::Ensure | Action::Migrate | Action::MoveMessages | Action::Unbind | Action::Delete
+        )
     }
 }
 
@@ -176,6 +188,7 @@ impl Step {
             Step::Ensure { .. } => Action::Ensure,
             Step::Conflict { .. } => Action::Conflict,
             Step::Migrate { .. } => Action::Migrate,
+            Step::MoveMessages { .. } => Action::MoveMessages,
             Step::Unbind { .. } => Action::Unbind,
             Step::Extra { .. } => Action::Extra,
             Step::Delete { .. } => Action::Delete,
@@ -222,18 +235,20 @@ pub fn phases(plan: &Plan) -> Vec<Vec<usize>> {
                 Object::Binding(b) if plan.entry_exchanges.contains(&b.source) => 2,
                 Object::Binding(_) => 1,
             },
-            Step::Migrate { .. } => MIGRATIONS,
+            Step::Migrate { .. } | Step::MoveMessages { .. } => MIGRATIONS,
             Step::Unbind { .. } => 4,
             Step::Delete { .. } => 5,
             Step::InSync { .. } | Step::Conflict { .. } | Step::Extra { .. } => continue,
         };
         phases[phase].push(i);
     }
-    let is_wait = |i: &usize| match &plan.steps[*i] {
-        Step::Migrate { object: Object::Queue(q), .. } => matches!(q.role, Role::Wait { .. }),
-        _ => false,
+    // Wait queues first, then the queues they feed, then messages moved out of left-overs.
+    let order = |i: &usize| match &plan.steps[*i] {
+        Step::Migrate { object: Object::Queue(q), .. } if matches!(q.role, Role::Wait { .. }) => 0,
+        Step::Migrate { .. } => 1,
+        _ => 2,
     };
-    phases[MIGRATIONS].sort_by_key(|i| (!is_wait(i), *i));
+    phases[MIGRATIONS].sort_by_key(|i| (order(i), *i));
     phases
 }
 
@@ -297,7 +312,7 @@ pub fn plan(vhost: &str, topologies: &[&CompiledTopology], live: &Live, options:
     }
     check_migrations(live, options, &mut steps);
     let wanted: BTreeSet<Key> = objects.iter().map(|o| o.key()).collect();
-    steps.extend(leftover::steps(topologies, live, &wanted, options.prune));
+    steps.extend(leftover::steps(topologies, live, &wanted, options));
     let overrides = objects
         .iter()
         .filter_map(|o| if let Object::Queue(q) = o { Some(q) } else { None })
@@ -398,7 +413,9 @@ fn step(object: &Object, live: &Live, vhost: &str, topologies: &[&CompiledTopolo
                 // until the migration moves it back.
                 Some(holding) => Step::InSync {
                     object,
-                    note: Some(format!("on `{holding}` until the queue's interrupted migration finishes (apply --migrate)")),
+                    note: Some(format!(
+                        "on `{holding}` until the queue's interrupted migration finishes (apply --migrate)"
+                    )),
                 },
                 None => Step::Create { object },
             },
