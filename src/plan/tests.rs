@@ -349,3 +349,113 @@ fn a_binding_to_another_topologys_queue_is_left_alone() {
     let p = plan("/", &[&c[0], &c[1]], &live, &prune(false));
     assert!(!p.has_changes(), "{:#?}", p.steps);
 }
+
+fn migrate() -> Options {
+    Options { migrate: true, ..Options::default() }
+}
+
+fn migrating(p: &Plan) -> Vec<String> {
+    p.steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Migrate { object, .. } => Some(object.to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_queue_type_change_is_a_conflict_or_with_migrate_a_migration_wait_queues_first() {
+    let classic = compiled(&format!("{ORDERS}queue_type = \"classic\"\n"));
+    let quorum = compiled(ORDERS);
+    let live = live_from(&classic[0].objects);
+    let refused = plan("/", &[&quorum[0]], &live, &prune(false));
+    let first = refused.conflicts().next().expect("a conflict");
+    let Step::Conflict { ways_out, .. } = first else { unreachable!() };
+    assert!(ways_out[0].says.contains("--migrate"), "{ways_out:#?}");
+
+    let p = plan("/", &[&quorum[0]], &live, &migrate());
+    assert!(p.conflicts().next().is_none(), "{:#?}", p.steps);
+    assert_eq!(migrating(&p), ["orders.dlq", "orders", "orders.wait-5s", "orders.wait-30s"]);
+    let order: Vec<String> = phases(&p)[MIGRATIONS]
+        .iter()
+        .map(|i| match &p.steps[*i] {
+            Step::Migrate { object, .. } => object.to_string(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(order, ["orders.wait-5s", "orders.wait-30s", "orders.dlq", "orders"], "wait queues first");
+}
+
+#[test]
+fn a_migration_is_refused_with_consumers_a_stream_or_no_bindings() {
+    let classic = compiled(&format!("{ORDERS}queue_type = \"classic\"\n"));
+    let quorum = compiled(ORDERS);
+    let mut live = live_from(&classic[0].objects);
+    live.queues.get_mut("orders").unwrap().consumers = Some(2);
+    let p = plan("/", &[&quorum[0]], &live, &migrate());
+    assert!(!migrating(&p).contains(&"orders".to_string()));
+    let why = p.conflicts().find_map(|s| match s {
+        Step::Conflict { object, ways_out, .. } if object.to_string() == "orders" => Some(ways_out[0].says.clone()),
+        _ => None,
+    });
+    assert!(why.unwrap().contains("2 consumer(s)"));
+
+    live.queues.get_mut("orders").unwrap().consumers = Some(0);
+    live.bindings = None;
+    let p = plan("/", &[&quorum[0]], &live, &migrate());
+    assert!(migrating(&p).is_empty(), "{:#?}", p.steps);
+}
+
+#[test]
+fn an_old_wait_queue_is_in_sync_with_a_note_and_migrates_when_asked() {
+    let c = compiled(ORDERS);
+    let mut live = live_from(&c[0].objects);
+    let wait = live.queues.get_mut("orders.wait-5s").unwrap().arguments.as_mut().unwrap();
+    wait.insert(arg::DEAD_LETTER_EXCHANGE, ArgValue::str(""));
+    wait.insert(arg::DEAD_LETTER_ROUTING_KEY, ArgValue::str("orders"));
+    let p = plan("/", &[&c[0]], &live, &prune(false));
+    assert!(!p.has_changes(), "{:#?}", p.steps);
+    assert!(p.steps.iter().any(|s| matches!(s, Step::InSync { object, note: Some(n) } if object.to_string() == "orders.wait-5s" && n.contains("hopper 0.1"))));
+    // Another TTL is a real difference, not the old shape.
+    live.queues
+        .get_mut("orders.wait-5s")
+        .unwrap()
+        .arguments
+        .as_mut()
+        .unwrap()
+        .insert(arg::MESSAGE_TTL, ArgValue::Int(1));
+    assert!(plan("/", &[&c[0]], &live, &prune(false)).conflicts().next().is_some());
+    live.queues
+        .get_mut("orders.wait-5s")
+        .unwrap()
+        .arguments
+        .as_mut()
+        .unwrap()
+        .insert(arg::MESSAGE_TTL, ArgValue::Int(5000));
+    assert_eq!(migrating(&plan("/", &[&c[0]], &live, &migrate())), ["orders.wait-5s"]);
+}
+
+#[test]
+fn an_interrupted_migration_is_named_and_its_moved_bindings_are_not_declared_again() {
+    let c = compiled(ORDERS);
+    let mut live = live_from(&c[0].objects);
+    let holding = migrate::holding_queue("orders");
+    live.queues.insert(holding.clone(), live.queues["orders"].clone());
+    let bindings = live.bindings.as_mut().unwrap();
+    let to_orders: Vec<Binding> = bindings
+        .iter()
+        .filter(|b| b.destination == crate::model::Destination::Queue("orders".into()))
+        .cloned()
+        .collect();
+    for b in to_orders {
+        bindings.remove(&b);
+        bindings.insert(Binding { destination: crate::model::Destination::Queue(holding.clone()), ..b });
+    }
+    let p = plan("/", &[&c[0]], &live, &prune(false));
+    assert!(!p.steps.iter().any(|s| matches!(s, Step::Create { .. })), "{:#?}", p.steps);
+    let Some(Step::Conflict { ways_out, .. }) = p.conflicts().next() else { panic!("{:#?}", p.steps) };
+    assert!(ways_out[0].says.contains("interrupted"));
+    let p = plan("/", &[&c[0]], &live, &migrate());
+    assert!(p.steps.iter().any(|s| matches!(s, Step::Migrate { resumes: true, .. })));
+}

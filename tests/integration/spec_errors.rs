@@ -391,6 +391,14 @@ const CASES: &[Case] = &[
     },
     // Names.
     Case {
+        name: "republish main queue named like a hop number",
+        toml: "[topology.orders]\ndelays = [\"5s\"]\nqueue = \"1\"\n",
+        line: 3,
+        column: 9,
+        message: "the main queue is named `1`, like a hop number",
+        hint: "the retry exchange routes hop numbers to wait queues",
+    },
+    Case {
         name: "exchange name starting with amq.",
         toml: "[topology.orders]\ndelays = [\"5s\"]\nexchange = \"amq.orders\"\n",
         line: 3,
