@@ -34,6 +34,11 @@ pub struct Args {
     /// they are empty and have no consumers; the broker checks both at the moment of deletion.
     #[arg(long)]
     pub prune: bool,
+    /// Read the broker over AMQP alone, without the management API (a user without the
+    /// `monitoring` tag, the plugin off): left-over queues cannot be listed, bindings are
+    /// declared again. Never done unless asked.
+    #[arg(long)]
+    pub amqp_only: bool,
     /// Also list objects that are already in sync.
     #[arg(long)]
     pub show_unchanged: bool,
@@ -47,7 +52,11 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
     let endpoint = args.broker.endpoint()?;
     let compiled = compile(&spec);
     let by_vhost: Vec<_> = ops::by_vhost(&compiled).into_iter().collect();
-    let report = ops::apply::run(&endpoint, &by_vhost, &Request { dry_run: args.dry_run, prune: args.prune })?;
+    let report = ops::apply::run(
+        &endpoint,
+        &by_vhost,
+        &Request { dry_run: args.dry_run, prune: args.prune, amqp_only: args.amqp_only },
+    )?;
     match format {
         Format::Json => output::json(&report)?,
         Format::Table => print_report(&report, args.show_unchanged)?,
