@@ -122,13 +122,44 @@ impl Api {
     }
 }
 
+/// Why the management API could not be used: a sentence naming the URL and the real cause, and
+/// which kind of cause it is (only some are helped by reading over AMQP instead).
+#[derive(Debug)]
+pub struct ApiError {
+    pub message: String,
+    pub cause: Cause,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// Nothing answers, or not as the API: a wrong URL, the plugin off.
+    NotThere,
+    /// The user's credentials or tags.
+    Refused,
+    Tls,
+    /// Anything else the API answered (a 5xx, a 400).
+    Other,
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ApiError {}
+
 /// Why the management API could not be used, in one sentence naming the URL and the real cause.
 pub fn explain(api: &Api, e: &HttpError) -> String {
+    why(api, e).message
+}
+
+fn why(api: &Api, e: &HttpError) -> ApiError {
     let url = api.url();
-    match e {
+    let (cause, message) = match e {
         HttpError::Transport(t) => {
             if let Some(tls) = super::tls::explain(t) {
-                return format!("the management API at {url}: {tls}");
+                return ApiError { message: format!("the management API at {url}: {tls}"), cause: Cause::Tls };
             }
             let cause = match t {
                 ureq::Error::Timeout(_) => "no answer within the timeout (--timeout)".to_string(),
@@ -136,42 +167,64 @@ pub fn explain(api: &Api, e: &HttpError) -> String {
                 ureq::Error::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused => {
                     "connection refused: nothing listens there (is this the API's port, and is the plugin on? `rabbitmq-plugins enable rabbitmq_management`)".to_string()
                 }
+                ureq::Error::Protocol(p) => format!(
+                    "the server there does not answer in HTTP ({p}): a TLS port? then the URL starts with https://"
+                ),
                 ureq::Error::Io(io) => format!("{io}"),
                 other => format!("{other}"),
             };
-            format!("cannot reach the management API at {url}: {cause}")
+            (Cause::NotThere, format!("cannot reach the management API at {url}: {cause}"))
         }
         HttpError::Status { status: 401, reason, .. } => match reason.as_deref() {
-            Some(r) if r.to_ascii_lowercase().contains("not management user") => format!(
-                "the management API at {url} signed user `{}` in but refused it ({r}): it needs the `monitoring` or `management` tag (`rabbitmqctl set_user_tags`)",
-                api.user
+            Some(r) if r.to_ascii_lowercase().contains("not management user") => (
+                Cause::Refused,
+                format!(
+                    "the management API at {url} signed user `{}` in but refused it ({r}): it needs the `monitoring` or `management` tag (`rabbitmqctl set_user_tags`)",
+                    api.user
+                ),
             ),
-            r => format!(
-                "the management API at {url} refused the credentials of user `{}` (401{}): wrong username or password",
-                api.user,
-                r.map(|r| format!(", {r}")).unwrap_or_default()
+            r => (
+                Cause::Refused,
+                format!(
+                    "the management API at {url} refused the credentials of user `{}` (401{}): wrong username or password",
+                    api.user,
+                    r.map(|r| format!(", {r}")).unwrap_or_default()
+                ),
             ),
         },
-        HttpError::Status { status: 404, html, .. } => {
+        // The management UI answers a path that is not the API's with a web page, or with 406
+        // to a client that accepts only JSON.
+        HttpError::Status { status: status @ (404 | 406), html, .. } => {
             let hint = if url.ends_with("/api") {
-                "is this the management API's base URL?".to_string()
+                "is this the management API's base URL?"
             } else {
-                "the management API's base URL ends in /api, such as http://localhost:15672/api".to_string()
+                "the management API's base URL ends in /api, such as http://localhost:15672/api"
             };
-            format!(
-                "the management API is not at {url}: GET {url}/overview answered 404 Not Found{}; {hint}",
-                if *html { " with a web page" } else { "" }
+            let what = if *status == 404 { "404 Not Found" } else { "406 Not Acceptable" };
+            (
+                Cause::NotThere,
+                format!(
+                    "the management API is not at {url}: GET {url}/overview answered {what}{}; {hint}",
+                    if *html { " with a web page" } else { "" }
+                ),
             )
         }
-        HttpError::Status { status, reason, html } => format!(
-            "the management API at {url} answered HTTP {status}{}{}",
-            reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default(),
-            if *html { " (a web page, not the API: is this the management API's base URL?)" } else { "" }
+        HttpError::Status { status, reason, html } => (
+            Cause::Other,
+            format!(
+                "the management API at {url} answered HTTP {status}{}{}",
+                reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default(),
+                if *html { " (a web page, not the API: is this the management API's base URL?)" } else { "" }
+            ),
         ),
-        HttpError::NotJson { detail } => format!(
-            "the server at {url} does not answer as the management API ({detail}); the API's base URL ends in /api, such as http://localhost:15672/api"
+        HttpError::NotJson { detail } => (
+            Cause::NotThere,
+            format!(
+                "the server at {url} does not answer as the management API ({detail}); the API's base URL ends in /api, such as http://localhost:15672/api"
+            ),
         ),
-    }
+    };
+    ApiError { message, cause }
 }
 
 /// A vhost's name as one path segment: every byte but unreserved ones escaped (`/` is `%2F`).
@@ -278,7 +331,7 @@ pub struct PolicyInfo {
 /// Exchanges, queues (with arguments and counts) and bindings of one vhost.
 pub async fn read(endpoint: &Endpoint, vhost: &str) -> Result<Live> {
     let api = Api::new(endpoint);
-    let err = |e: HttpError| anyhow!(explain(&api, &e));
+    let err = |e: HttpError| anyhow::Error::new(why(&api, &e));
     let overview = api.overview().await.map_err(err)?;
     let v = segment(vhost);
     // The overview answered, so the URL is the API's: a 404 now is the vhost.
@@ -349,7 +402,7 @@ pub async fn read(endpoint: &Endpoint, vhost: &str) -> Result<Live> {
 /// The cluster behind the management API, as its overview names it.
 pub async fn identity(endpoint: &Endpoint) -> Result<Identity> {
     let api = Api::new(endpoint);
-    let overview = api.overview().await.map_err(|e| anyhow!(explain(&api, &e)))?;
+    let overview = api.overview().await.map_err(|e| anyhow::Error::new(why(&api, &e)))?;
     Ok(Identity { cluster_name: overview.cluster_name, version: overview.rabbitmq_version })
 }
 

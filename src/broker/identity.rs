@@ -59,9 +59,17 @@ async fn start(endpoint: &Endpoint, node: &AMQPUri) -> Result<Identity> {
     if frame.starts_with(b"AMQP") {
         bail!("the server does not speak AMQP 0-9-1");
     }
+    // What answered instead of a broker, by its first bytes: a TLS alert record (type 21, then
+    // version 3.x) or an HTTP status line.
+    if frame[0] == 0x15 && frame[1] == 3 {
+        bail!("the server answered with a TLS alert: it speaks TLS on this port, so the URL starts with amqps://");
+    }
+    if frame.starts_with(b"HTTP/") {
+        bail!("the server answered in HTTP, not AMQP: is this the management port?");
+    }
     let size = u32::from_be_bytes([frame[3], frame[4], frame[5], frame[6]]) as usize;
-    if size > 1 << 20 {
-        bail!("the server's greeting is {size} bytes: not a RabbitMQ broker");
+    if frame[0] != 1 || size > 1 << 20 {
+        bail!("the server's greeting is not an AMQP frame: not a RabbitMQ broker's port");
     }
     frame.resize(7 + size + 1, 0);
     stream.read_exact(&mut frame[7..]).await.context("reading the broker's greeting")?;

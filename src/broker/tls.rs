@@ -150,6 +150,14 @@ fn rustls_error<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a rust
     None
 }
 
+/// `DnsName("localhost")`, as rustls lists a certificate's names, is `localhost` to a reader.
+fn plain(name: &str) -> &str {
+    match (name.find("(\""), name.rfind("\")")) {
+        (Some(start), Some(end)) if start + 2 <= end => &name[start + 2..end],
+        _ => name,
+    }
+}
+
 fn describe(e: &rustls::Error) -> String {
     const CA_HINT: &str = "pass the CA that signed it with --tls-ca-cert-file (HOPPER_TLS_CA_CERT_FILE)";
     const CLIENT_HINT: &str = "pass a client certificate with --tls-cert-file and --tls-key-file";
@@ -164,7 +172,7 @@ fn describe(e: &rustls::Error) -> String {
             CertificateError::NotValidForNameContext { expected, presented } => format!(
                 "TLS: hostname mismatch: the server's certificate is not valid for `{}` (it names {}); connect with a name the certificate lists",
                 expected.to_str(),
-                if presented.is_empty() { "no host".to_string() } else { presented.join(", ") }
+                if presented.is_empty() { "no host".to_string() } else { presented.iter().map(|p| plain(p)).collect::<Vec<_>>().join(", ") }
             ),
             CertificateError::Expired => "TLS: the server's certificate has expired".to_string(),
             CertificateError::ExpiredContext { not_after, .. } => format!(

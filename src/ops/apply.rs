@@ -127,10 +127,17 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], req
     })
 }
 
+/// A management API that cannot be used stops apply; where the API is not there at all (a wrong
+/// URL, the plugin off), reading over AMQP alone is a way on, when asked for.
 fn needs_the_api(e: anyhow::Error) -> anyhow::Error {
-    anyhow::anyhow!(
-        "{e:#}; nothing was changed. hopper apply reads the broker through the management API; to read over AMQP alone (no left-over queues, bindings declared again), pass --amqp-only"
-    )
+    let not_there = e.downcast_ref::<http::ApiError>().is_some_and(|a| a.cause == http::Cause::NotThere);
+    if not_there {
+        anyhow::anyhow!(
+            "{e:#}; nothing was changed. hopper apply reads the broker through the management API; to read over AMQP alone (no left-over queues, bindings declared again), pass --amqp-only"
+        )
+    } else {
+        anyhow::anyhow!("{e:#}; nothing was changed")
+    }
 }
 
 async fn execute(session: &mut amqp::Session, plan: &Plan) -> Result<Vec<(usize, String)>> {

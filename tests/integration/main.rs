@@ -13,6 +13,7 @@ mod readme;
 mod safety;
 mod spec_errors;
 mod support;
+mod tls;
 
 #[allow(dead_code)]
 #[path = "../../examples/retry_consumer.rs"]

@@ -255,12 +255,48 @@ impl Drop for Vhost {
 pub fn hopper(broker: Option<Broker>, args: &[&str]) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_hopper"));
     command.args(args).env("NO_COLOR", "1");
+    for variable in CONNECTION_VARIABLES {
+        command.env_remove(variable);
+    }
     match broker {
         Some(b) => command.env("HOPPER_AMQP_URL", b.amqp()).env("HOPPER_MANAGEMENT_URL", b.management()),
         None => command.env_remove("HOPPER_AMQP_URL").env_remove("HOPPER_MANAGEMENT_URL"),
     };
     let out = command.output().expect("run hopper");
     eprintln!("$ hopper {}\n{}{}", args.join(" "), text(&out.stdout), text(&out.stderr));
+    out
+}
+
+/// Every variable hopper reads to connect: a test sets the ones it means, never inherits one.
+pub const CONNECTION_VARIABLES: [&str; 11] = [
+    "HOPPER_AMQP_URL",
+    "HOPPER_MANAGEMENT_URL",
+    "HOPPER_USERNAME",
+    "HOPPER_PASSWORD",
+    "HOPPER_PASSWORD_FILE",
+    "HOPPER_TLS_CA_CERT_FILE",
+    "HOPPER_TLS_CERT_FILE",
+    "HOPPER_TLS_KEY_FILE",
+    "HOPPER_CONTEXT",
+    "HOPPER_CONFIG",
+    "HOPPER_TIMEOUT",
+];
+
+/// Runs the hopper binary with exactly these connection variables (and no other), and no
+/// config file unless `HOPPER_CONFIG` is among them.
+pub fn hopper_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_hopper"));
+    command.args(args).env("NO_COLOR", "1");
+    for variable in CONNECTION_VARIABLES {
+        command.env_remove(variable);
+    }
+    command.env("HOPPER_CONFIG", "/nonexistent/hopper-tests/config.toml");
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let out = command.output().expect("run hopper");
+    let shown: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    eprintln!("$ {} hopper {}\n{}{}", shown.join(" "), args.join(" "), text(&out.stdout), text(&out.stderr));
     out
 }
 
