@@ -347,7 +347,7 @@ pub fn load_context(file: &Path, name: &str) -> Result<Context> {
     let (contexts, diagnostics) = parse(&text, file);
     if !diagnostics.is_empty() {
         let mut sources = Sources::default();
-        sources.add(file.to_path_buf(), text);
+        sources.add(file.to_path_buf(), without_passwords(&text));
         let n = diagnostics.len();
         let error = SpecError { sources, diagnostics };
         return Err(anyhow::Error::new(ConfigError(format!(
@@ -371,6 +371,24 @@ pub fn load_context(file: &Path, name: &str) -> Result<Context> {
             )
         }
     }
+}
+
+/// The file as diagnostics may quote it: the value of a `password` key (refused, but written
+/// all the same) replaced by as many `*`, so spans still fall where they should.
+fn without_passwords(text: &str) -> String {
+    let mut bytes = text.as_bytes().to_vec();
+    if let Ok(root) = DeTable::parse(text)
+        && let Some(DeValue::Table(contexts)) = root.get_ref().get("context").map(|v| v.get_ref())
+    {
+        for (_, context) in contexts.iter() {
+            if let DeValue::Table(fields) = context.get_ref()
+                && let Some(value) = fields.get("password")
+            {
+                bytes[value.span()].fill(b'*');
+            }
+        }
+    }
+    String::from_utf8(bytes).unwrap_or_default()
 }
 
 /// Every context of a config file, and what is wrong in it. Relative paths are relative to the
@@ -420,6 +438,8 @@ pub fn parse(text: &str, file: &Path) -> (Vec<(String, Context)>, Vec<Diagnostic
             contexts.push((name.to_string(), context(fields, name, &dir, &mut diags)));
         }
     }
+    // In the order of the file, as a reader goes through it.
+    diags.sort_by_key(|d| d.span.start);
     (contexts, diags)
 }
 

@@ -2,6 +2,8 @@
 //! 4.0 (see support.rs), each in a vhost of its own that is removed afterwards.
 
 mod apply;
+mod config;
+mod connect;
 mod diff;
 mod export;
 mod flow;
