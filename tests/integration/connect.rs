@@ -174,6 +174,9 @@ async fn timeout_bounds_a_silent_server() {
     assert!(text(&out.stderr).contains("`soon` is not a duration"), "{}", text(&out.stderr));
 }
 
+/// A command line and its environment.
+type Run<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>);
+
 /// A distinctive password, given every way hopper takes one, through failures and successes:
 /// no byte of stdout or stderr ever holds it.
 #[tokio::test]
@@ -183,7 +186,7 @@ async fn a_password_is_never_printed() {
     let file = secret_file(&vhost, SECRET);
     let amqp_with_secret = format!("amqp://guest:{SECRET}@127.0.0.1:5672");
     let mgmt = BROKER.management();
-    let runs: Vec<(Vec<&str>, Vec<(&str, &str)>)> = vec![
+    let runs: Vec<Run> = vec![
         (vec!["apply", &spec], vec![("HOPPER_PASSWORD", SECRET), ("HOPPER_MANAGEMENT_URL", mgmt)]),
         (vec!["--format", "json", "apply", &spec], vec![("HOPPER_PASSWORD_FILE", &file)]),
         (vec!["apply", "--amqp-only", "--password-file", &file, &spec], vec![]),
