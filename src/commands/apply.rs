@@ -21,7 +21,10 @@ Examples:
   hopper apply topologies/
   hopper apply --dry-run topologies/orders.toml
   hopper apply --prune topologies/              also remove left-over queues that are empty and unused
-  HOPPER_AMQP_URL=amqp://app:secret@rabbit-1:5672,amqp://app:secret@rabbit-2:5672 hopper apply topologies/")]
+  hopper apply --amqp-only topologies/          without the management API (bindings declared again)
+  HOPPER_PASSWORD_FILE=/run/secrets/rabbitmq hopper apply --username app \\
+      --amqp-url amqps://rabbit-1:5671,amqps://rabbit-2:5671 --tls-ca-cert-file ca.pem topologies/
+  hopper apply --context prod topologies/       a broker named in ~/.config/hopper/config.toml")]
 pub struct Args {
     #[command(flatten)]
     pub spec: SpecArgs,
