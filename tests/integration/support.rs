@@ -295,7 +295,12 @@ pub fn hopper_env(args: &[&str], env: &[(&str, &str)]) -> Output {
         command.env(k, v);
     }
     let out = command.output().expect("run hopper");
-    let shown: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    // What the test did, for a failing test's output: a password never, even there.
+    let shown: Vec<String> = env
+        .iter()
+        .map(|(k, v)| if *k == "HOPPER_PASSWORD" { format!("{k}=***") } else { format!("{k}={v}") })
+        .collect();
+    let args: Vec<String> = args.iter().map(|a| hopper::broker::redact(a)).collect();
     eprintln!("$ {} hopper {}\n{}{}", shown.join(" "), args.join(" "), text(&out.stdout), text(&out.stderr));
     out
 }
