@@ -6,6 +6,16 @@
 #   rabbitmq40  4.0  (Debian trixie)     127.0.0.1:5673   127.0.0.1:15673   rabbit40@localhost 25673
 #   rabbitmq43  4.3  (Debian sid)        127.0.0.1:5674   127.0.0.1:15674   rabbit43@localhost 25674
 #
+# and, from the trixie tree (4.0), three TLS-only nodes for the TLS tests, each with AMQPS and
+# HTTPS management on 127.0.0.1, with certificates made here by openssl (a test CA, a server
+# certificate for `localhost` only, a client certificate, a server certificate that expired in
+# 2020) in $HOPPER_RABBITMQ4_ROOT/etc/rabbitmq/hopper-tls:
+#
+#   node        client certificate                  AMQPS            HTTPS             node name            dist port
+#   tls         asked for, optional (verify_peer)   127.0.0.1:5671   127.0.0.1:15671   rabbittls@localhost  25675
+#   mtls        required (fail_if_no_peer_cert)     127.0.0.1:5675   127.0.0.1:15675   rabbitmtls@localhost 25676
+#   expired     optional; its own certificate expired  127.0.0.1:5676 127.0.0.1:15676  rabbitexp@localhost  25677
+#
 # All accept guest/guest and have the management plugin on. The 4.0 and 4.3 brokers run
 # (under chroot) from debootstrapped Debian trees outside the checkout (HOPPER_RABBITMQ4_ROOT,
 # default /var/lib/hopper-ci/trixie, and HOPPER_RABBITMQ43_ROOT, default /var/lib/hopper-ci/sid),
@@ -17,6 +27,7 @@
 # Env knobs:
 #   HOPPER_SKIP_RABBITMQ4=1    only ensure the system (3.10) broker (skips 4.0 and 4.3)
 #   HOPPER_SKIP_RABBITMQ43=1   skip only the 4.3 broker
+#   HOPPER_SKIP_TLS=1          skip the TLS nodes
 #   HOPPER_RABBITMQ4_ROOT      where the trixie tree (4.0) lives
 #   HOPPER_RABBITMQ43_ROOT     where the sid tree (4.3) lives
 #   HOPPER_DEBIAN_MIRROR       mirror for debootstrap (default: the Debian archive the host's
@@ -380,6 +391,156 @@ ensure_tree_broker() { # label suite root node amqp http dist version-prefix
     say "$label: up ($(api_version "$http")) $up"
 }
 
+# --------------------------------------------------------------------------------------
+# 3. TLS nodes, from the trixie tree: their own node names, ports, data and config files,
+#    beside rabbit40 (whose configuration they never touch)
+# --------------------------------------------------------------------------------------
+TLS_DIR_IN_TREE=/etc/rabbitmq/hopper-tls
+TLS_DIR="$R40_ROOT$TLS_DIR_IN_TREE"
+# label node amqps https dist fail_if_no_peer_cert server-certificate
+TLS_NODES=(
+    "tls rabbittls@localhost 5671 15671 25675 false server"
+    "mtls rabbitmtls@localhost 5675 15675 25676 true server"
+    "expired rabbitexp@localhost 5676 15676 25677 false expired"
+)
+
+# A CA, a server certificate for localhost (a DNS name only: 127.0.0.1 is a host name mismatch,
+# which the tests use), a client certificate, and a server certificate that expired in 2020.
+# Made once; a run with them in place changes nothing.
+make_certificates() {
+    [[ -s $TLS_DIR/ca.pem && -s $TLS_DIR/server.pem && -s $TLS_DIR/client.pem && -s $TLS_DIR/expired.pem ]] &&
+        return 0
+    command -v openssl >/dev/null || apt_install openssl
+    say "tls: making a test CA and certificates in $TLS_DIR"
+    local d
+    d=$(mktemp -d)
+    (
+        cd "$d"
+        quiet openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=hopper test CA" \
+            -keyout ca.key -out ca.pem -addext "basicConstraints=critical,CA:TRUE" \
+            -addext "keyUsage=critical,keyCertSign,cRLSign"
+        printf 'basicConstraints=CA:FALSE\nsubjectAltName=DNS:localhost\nextendedKeyUsage=serverAuth\n' >server.ext
+        printf 'basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n' >client.ext
+        local name
+        for name in server client expired; do
+            quiet openssl req -newkey rsa:2048 -nodes -subj "/CN=hopper-test-$name" \
+                -keyout "$name.key" -out "$name.csr"
+        done
+        quiet openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 3650 \
+            -extfile server.ext -out server.pem
+        quiet openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 3650 \
+            -extfile client.ext -out client.pem
+        # `openssl x509 -req` cannot date a certificate in the past; `openssl ca` can.
+        mkdir -p ca/new
+        : >ca/index.txt
+        echo 1000 >ca/serial
+        printf '%s\n' '[ca]' 'default_ca = test' '[test]' 'dir = ca' 'new_certs_dir = ca/new' \
+            'database = ca/index.txt' 'serial = ca/serial' 'default_md = sha256' 'policy = anything' \
+            '[anything]' 'commonName = supplied' >ca.cnf
+        quiet openssl ca -batch -notext -config ca.cnf -cert ca.pem -keyfile ca.key -in expired.csr \
+            -startdate 20200101000000Z -enddate 20200102000000Z -extfile server.ext -out expired.pem
+    ) || {
+        rm -rf "$d"
+        die "tls: openssl failed"
+    }
+    mkdir -p "$TLS_DIR"
+    install -m 644 "$d"/{ca,server,client,expired}.pem "$TLS_DIR/"
+    # Test-only keys: the nodes (user rabbitmq in the tree) read the servers', the tests the client's.
+    install -m 640 "$d"/{server,client,expired}.key "$TLS_DIR/"
+    in_tree "$R40_ROOT" chgrp rabbitmq "$TLS_DIR_IN_TREE/server.key" "$TLS_DIR_IN_TREE/expired.key"
+    rm -rf "$d"
+}
+
+tls_https_ok() { # port: the node's management API answers over HTTPS (test CA, client certificate)
+    [[ $(curl -s -o /dev/null -w '%{http_code}' -u guest:guest --max-time 5 --cacert "$TLS_DIR/ca.pem" \
+        --cert "$TLS_DIR/client.pem" --key "$TLS_DIR/client.key" -k \
+        "https://localhost:$1/api/overview" 2>/dev/null) == 200 ]]
+}
+
+start_tls_node() { # label node amqps https dist fail_if_no_peer_cert certificate
+    local label=$1 node=$2 amqps=$3 https=$4 dist=$5 fail=$6 cert=$7
+    if tls_https_ok "$https" && tcp_open "$amqps"; then
+        say "tls $label: up node=$node amqps=127.0.0.1:$amqps https=127.0.0.1:$https"
+        return 0
+    fi
+    STARTED+=("$label")
+    local dir="$TLS_DIR_IN_TREE/$label" c="$TLS_DIR_IN_TREE"
+    mkdir -p "$R40_ROOT$dir"
+    # Only HTTPS for the management plugin: without management.tcp.* it opens no plain port.
+    write_if_changed "$R40_ROOT$dir/rabbitmq.conf" "# written by hopper .ci/brokers.sh
+listeners.tcp = none
+listeners.ssl.default = 127.0.0.1:$amqps
+ssl_options.cacertfile = $c/ca.pem
+ssl_options.certfile = $c/$cert.pem
+ssl_options.keyfile = $c/$cert.key
+ssl_options.verify = verify_peer
+ssl_options.fail_if_no_peer_cert = $fail
+management.ssl.ip = 127.0.0.1
+management.ssl.port = $https
+management.ssl.cacertfile = $c/ca.pem
+management.ssl.certfile = $c/$cert.pem
+management.ssl.keyfile = $c/$cert.key
+management.ssl.verify = verify_peer
+management.ssl.fail_if_no_peer_cert = $fail
+loopback_users = none"
+    write_if_changed "$R40_ROOT$dir/rabbitmq-env.conf" "# written by hopper .ci/brokers.sh
+NODENAME=$node
+NODE_IP_ADDRESS=127.0.0.1
+DIST_PORT=$dist
+CONFIG_FILE=$dir/rabbitmq.conf
+MNESIA_BASE=/var/lib/rabbitmq/hopper-tls-$label
+LOG_BASE=/var/log/rabbitmq/hopper-tls-$label
+PID_FILE=/var/lib/rabbitmq/hopper-tls-$label/$label.pid
+ENABLED_PLUGINS_FILE=/etc/rabbitmq/enabled_plugins
+ERL_EPMD_ADDRESS=127.0.0.1
+SERVER_ADDITIONAL_ERL_ARGS=\"-kernel inet_dist_use_interface {127,0,0,1}\""
+    local node_env="RABBITMQ_CONF_ENV_FILE=$dir/rabbitmq-env.conf"
+    mkdir -p "$R40_ROOT/var/lib/rabbitmq/hopper-tls-$label" "$R40_ROOT/var/log/rabbitmq/hopper-tls-$label"
+    in_tree "$R40_ROOT" chown -R rabbitmq:rabbitmq "/var/lib/rabbitmq/hopper-tls-$label" \
+        "/var/log/rabbitmq/hopper-tls-$label"
+
+    # A node that runs but does not answer as configured (certificates made again): restart it.
+    if quiet in_tree "$R40_ROOT" env "$node_env" rabbitmq-diagnostics -q -n "$node" ping; then
+        say "tls $label: restarting $node (it does not answer over TLS as configured)"
+        quiet in_tree "$R40_ROOT" env "$node_env" rabbitmqctl -q -n "$node" stop || true
+    fi
+    local p
+    for p in "$amqps" "$https" "$dist"; do
+        port_busy "$p" && die "tls $label: port $p is taken by something else ($(ss -Hltnp "sport = :$p" | head -n1))"
+    done
+    say "tls $label: starting $node"
+    quiet in_tree "$R40_ROOT" env "$node_env" rabbitmq-server -detached ||
+        die "tls $label: rabbitmq-server -detached failed (logs: $R40_ROOT/var/log/rabbitmq/hopper-tls-$label/)"
+}
+
+wait_tls_node() { # label node amqps https ...
+    local label=$1 node=$2 amqps=$3 https=$4 i
+    for ((i = 0; i < WAIT_SECS; i++)); do
+        tls_https_ok "$https" && tcp_open "$amqps" && break
+        sleep 1
+    done
+    tls_https_ok "$https" && tcp_open "$amqps" ||
+        die "tls $label: https://localhost:$https/api/overview or AMQPS 127.0.0.1:$amqps not up after ${WAIT_SECS}s (logs: $R40_ROOT/var/log/rabbitmq/hopper-tls-$label/)"
+    say "tls $label: up node=$node amqps=127.0.0.1:$amqps https=127.0.0.1:$https"
+}
+
+ensure_tls_nodes() {
+    make_certificates
+    mountpoint -q "$R40_ROOT/proc" || mount -t proc proc "$R40_ROOT/proc" || die "cannot mount /proc in $R40_ROOT"
+    local spec
+    STARTED=()
+    # Started together, then waited for: each takes a few seconds to boot.
+    for spec in "${TLS_NODES[@]}"; do
+        # shellcheck disable=SC2086
+        start_tls_node $spec
+    done
+    for spec in "${TLS_NODES[@]}"; do
+        [[ " ${STARTED[*]} " == *" ${spec%% *} "* ]] || continue
+        # shellcheck disable=SC2086
+        wait_tls_node $spec
+    done
+}
+
 command -v curl >/dev/null || apt_install curl ca-certificates
 
 ensure_system_broker
@@ -391,5 +552,10 @@ else
         say "rabbitmq43: skipped (HOPPER_SKIP_RABBITMQ43=1)"
     else
         ensure_tree_broker "${R43[@]}"
+    fi
+    if [[ ${HOPPER_SKIP_TLS:-0} == 1 ]]; then
+        say "tls nodes: skipped (HOPPER_SKIP_TLS=1)"
+    else
+        ensure_tls_nodes
     fi
 fi

@@ -5,6 +5,7 @@
 pub mod broker;
 pub mod commands;
 pub mod compile;
+pub mod config;
 pub mod contract;
 pub mod definitions;
 pub mod diagnostic;
@@ -48,6 +49,11 @@ pub fn run() -> ExitCode {
     match commands::run(cli) {
         Ok(exit) => exit.into(),
         Err(e) if output::is_broken_pipe(&e) => Exit::Ok.into(),
+        // Rendered like a spec's diagnostics, with its own last line.
+        Err(e) if e.downcast_ref::<config::ConfigError>().is_some() => {
+            eprintln!("{e}");
+            Exit::Error.into()
+        }
         Err(e) => {
             // Errors quote names from specs, brokers and the command line: never raw control
             // characters on a terminal.

@@ -1,7 +1,6 @@
 //! Declarations over AMQP: what `apply` writes, and what it can learn without the management API.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use lapin::options::{
@@ -15,8 +14,6 @@ use super::Endpoint;
 use crate::live::{Live, LiveExchange, LiveQueue};
 use crate::model::{ArgValue, Arguments, Binding, Destination, Exchange, ExchangeType, Object, Queue, arg};
 use crate::plan::{Difference, Plan, Property, Step};
-
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// One connection to one vhost, with a channel that is reopened after the broker closes it (as
 /// it does on every refused declaration). Lanes share the connection, each on its own channel.
@@ -46,8 +43,8 @@ impl Session {
         for node in &endpoint.nodes {
             let mut uri = node.clone();
             uri.vhost = vhost.to_string();
-            let address = format!("{}:{}", uri.authority.host, uri.authority.port);
-            let identity = match super::identity::of(node).await {
+            let address = super::address(node);
+            let identity = match super::identity::of(endpoint, node).await {
                 Ok(identity) if identity.cluster_name == cluster => Arc::new(identity),
                 Ok(identity) => {
                     failures.push(format!(
@@ -61,9 +58,10 @@ impl Session {
                     continue;
                 }
             };
-            let attempt =
-                tokio::time::timeout(CONNECT_TIMEOUT, Connection::connect_uri(uri, ConnectionProperties::default()))
-                    .await;
+            let runtime = lapin::runtime::default_runtime()?;
+            let connect =
+                Connection::connect_uri_with_config(uri, ConnectionProperties::default(), endpoint.tls.amqp(), runtime);
+            let attempt = tokio::time::timeout(endpoint.timeout, connect).await;
             match attempt {
                 Ok(Ok(connection)) => {
                     let channel = connection.create_channel().await?;
@@ -72,7 +70,10 @@ impl Session {
                 Ok(Err(e)) => {
                     failures.push(format!("{address}: {}", explain_connect_error(&e, vhost, endpoint.username())))
                 }
-                Err(_) => failures.push(format!("{address}: no answer within {}s", CONNECT_TIMEOUT.as_secs())),
+                Err(_) => failures.push(format!(
+                    "{address}: no answer within {} (--timeout)",
+                    humantime::format_duration(endpoint.timeout)
+                )),
             }
         }
         bail!("cannot connect to RabbitMQ over AMQP ({})", failures.join("; "))
@@ -428,9 +429,12 @@ fn soft_error(e: &lapin::Error) -> Option<(u16, String)> {
 }
 
 fn explain_connect_error(e: &lapin::Error, vhost: &str, user: &str) -> String {
+    if let Some(tls) = super::tls::explain(e) {
+        return tls;
+    }
     let text = e.to_string();
     if text.contains("ACCESS_REFUSED") || text.contains("403") || text.contains("authentication") {
-        format!("authentication failed for user `{user}` ({text})")
+        format!("authentication failed for user `{user}`: wrong username or password ({text})")
     } else if text.contains("NOT_ALLOWED") || text.contains("530") {
         format!(
             "vhost `{vhost}` does not exist or user `{user}` has no access to it ({text}); create it with `rabbitmqctl add_vhost {vhost}`"

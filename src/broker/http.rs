@@ -1,14 +1,14 @@
 //! Live state over the management HTTP API: five bulk listings per vhost (exchanges, queues,
-//! bindings, policies, operator policies).
+//! bindings, policies, operator policies). hopper's own small client over ureq (blocking calls
+//! on tokio's blocking pool): a handful of GETs do not need an HTTP stack of 150 crates.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use anyhow::{Result, anyhow};
-use rabbitmq_http_client::api::{Client, HttpClientError};
-use rabbitmq_http_client::commons::{BindingDestinationType, PolicyTarget, QueueType};
-use rabbitmq_http_client::requests::VirtualHostParams;
-use rabbitmq_http_client::responses::Policy;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
 
 use super::Endpoint;
 use super::identity::Identity;
@@ -16,69 +16,366 @@ use crate::live::{Live, LiveExchange, LiveQueue};
 use crate::model::{ArgValue, Arguments, Binding, Destination, arg};
 use crate::policy::AppliedPolicy;
 
-pub type Api = Client<String, String, String>;
-
-pub fn client(endpoint: &Endpoint) -> Api {
-    Client::new(endpoint.management_url.clone(), endpoint.username().to_string(), endpoint.password().to_string())
+/// A client of one management API, signed in as the run's user.
+#[derive(Clone)]
+pub struct Api {
+    agent: ureq::Agent,
+    /// Ends in `/api`, no trailing slash.
+    base: String,
+    authorization: String,
+    user: String,
 }
 
-/// Why the management API could not be used, in one sentence a user can act on.
-pub fn explain(endpoint: &Endpoint, e: &HttpClientError) -> String {
-    let url = &super::redact(&endpoint.management_url);
-    match e {
-        HttpClientError::ClientErrorResponse { status_code, .. } if status_code.as_u16() == 401 => format!(
-            "the management API at {url} refused user `{}` (401): it needs a user with the `monitoring` or `management` tag",
-            endpoint.username()
-        ),
-        HttpClientError::NotFound => format!("the management API at {url} answered 404: is the vhost there?"),
-        other => format!(
-            "the management API at {url} is unreachable ({}); enable it with `rabbitmq-plugins enable rabbitmq_management` or pass --management-url",
-            super::redact(&other.to_string())
-        ),
+/// Why a request failed, kept apart so that each cause gets its own sentence.
+#[derive(Debug)]
+pub enum HttpError {
+    /// No HTTP answer: refused, timed out, TLS, DNS.
+    Transport(ureq::Error),
+    /// An answer other than 2xx, with RabbitMQ's `reason` when the body has one.
+    Status { status: u16, reason: Option<String>, html: bool },
+    /// A 2xx answer that is not the JSON the API gives.
+    NotJson { detail: String },
+}
+
+impl Api {
+    pub fn new(endpoint: &Endpoint) -> Api {
+        let config = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(endpoint.timeout))
+            // A redirect is reported, not followed: the API never redirects, a proxy or a web
+            // page in front of it may.
+            .max_redirects(0)
+            .max_redirects_will_error(false)
+            .tls_config(endpoint.tls.http())
+            .user_agent(concat!("hopper/", env!("CARGO_PKG_VERSION")))
+            .build();
+        let credentials = format!("{}:{}", endpoint.username, endpoint.password.expose());
+        Api {
+            agent: config.new_agent(),
+            base: endpoint.management_url.clone(),
+            authorization: format!("Basic {}", base64(credentials.as_bytes())),
+            user: endpoint.username.clone(),
+        }
+    }
+
+    /// The base URL, safe to print (it never holds credentials).
+    pub fn url(&self) -> &str {
+        &self.base
+    }
+
+    /// `GET {base}{path}`, as JSON of type `T`.
+    pub async fn get<T: DeserializeOwned + Send + 'static>(&self, path: &str) -> Result<T, HttpError> {
+        let body = self.call("GET", path, None).await?;
+        serde_json::from_str(&body).map_err(|e| HttpError::NotJson {
+            detail: format!("GET {path}: {e}; the answer begins {:?}", body.chars().take(80).collect::<String>()),
+        })
+    }
+
+    pub async fn put(&self, path: &str, body: &Value) -> Result<(), HttpError> {
+        self.call("PUT", path, Some(body.to_string())).await.map(drop)
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> Result<(), HttpError> {
+        self.call("POST", path, Some(body.to_string())).await.map(drop)
+    }
+
+    pub async fn delete(&self, path: &str) -> Result<(), HttpError> {
+        self.call("DELETE", path, None).await.map(drop)
+    }
+
+    /// One request on tokio's blocking pool (ureq is synchronous), bounded by the timeout.
+    async fn call(&self, method: &'static str, path: &str, body: Option<String>) -> Result<String, HttpError> {
+        let (agent, url, authorization) =
+            (self.agent.clone(), format!("{}{path}", self.base), self.authorization.clone());
+        let task = tokio::task::spawn_blocking(move || -> Result<String, HttpError> {
+            let request = ureq::http::Request::builder()
+                .method(method)
+                .uri(&url)
+                .header("authorization", authorization)
+                .header("accept", "application/json")
+                .header("content-type", "application/json")
+                .body(body.unwrap_or_default())
+                .map_err(|e| HttpError::Transport(ureq::Error::Http(e)))?;
+            let mut response = agent.run(request).map_err(HttpError::Transport)?;
+            let status = response.status().as_u16();
+            let html = response
+                .headers()
+                .get("content-type")
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.starts_with("text/html"));
+            // A listing of a large vhost runs to megabytes: no limit but the timeout.
+            let text =
+                response.body_mut().with_config().limit(u64::MAX).read_to_string().map_err(HttpError::Transport)?;
+            if (200..300).contains(&status) {
+                return Ok(text);
+            }
+            let reason = serde_json::from_str::<Value>(&text)
+                .ok()
+                .and_then(|v| v.get("reason").or_else(|| v.get("error")).and_then(Value::as_str).map(str::to_string));
+            Err(HttpError::Status { status, reason, html })
+        });
+        task.await.unwrap_or_else(|e| Err(HttpError::NotJson { detail: format!("the request task failed: {e}") }))
+    }
+
+    pub async fn overview(&self) -> Result<Overview, HttpError> {
+        self.get("/overview").await
     }
 }
 
+/// Why the management API could not be used: a sentence naming the URL and the real cause, and
+/// which kind of cause it is (only some are helped by reading over AMQP instead).
+#[derive(Debug)]
+pub struct ApiError {
+    pub message: String,
+    pub cause: Cause,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// Nothing answers, or not as the API: a wrong URL, the plugin off.
+    NotThere,
+    /// The user's credentials or tags.
+    Refused,
+    Tls,
+    /// Anything else the API answered (a 5xx, a 400).
+    Other,
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+/// Why the management API could not be used, in one sentence naming the URL and the real cause.
+pub fn explain(api: &Api, e: &HttpError) -> String {
+    why(api, e).message
+}
+
+fn why(api: &Api, e: &HttpError) -> ApiError {
+    let url = api.url();
+    let (cause, message) = match e {
+        HttpError::Transport(t) => {
+            if let Some(tls) = super::tls::explain(t) {
+                return ApiError { message: format!("the management API at {url}: {tls}"), cause: Cause::Tls };
+            }
+            let cause = match t {
+                ureq::Error::Timeout(_) => "no answer within the timeout (--timeout)".to_string(),
+                ureq::Error::HostNotFound => "its host name does not resolve".to_string(),
+                ureq::Error::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused => {
+                    "connection refused: nothing listens there (is this the API's port, and is the plugin on? `rabbitmq-plugins enable rabbitmq_management`)".to_string()
+                }
+                ureq::Error::Protocol(p) => format!(
+                    "the server there does not answer in HTTP ({p}): a TLS port? then the URL starts with https://"
+                ),
+                ureq::Error::Io(io) => format!("{io}"),
+                other => format!("{other}"),
+            };
+            (Cause::NotThere, format!("cannot reach the management API at {url}: {cause}"))
+        }
+        HttpError::Status { status: 401, reason, .. } => match reason.as_deref() {
+            Some(r) if r.to_ascii_lowercase().contains("not management user") => (
+                Cause::Refused,
+                format!(
+                    "the management API at {url} signed user `{}` in but refused it ({r}): it needs the `monitoring` or `management` tag (`rabbitmqctl set_user_tags`)",
+                    api.user
+                ),
+            ),
+            r => (
+                Cause::Refused,
+                format!(
+                    "the management API at {url} refused the credentials of user `{}` (401{}): wrong username or password",
+                    api.user,
+                    r.map(|r| format!(", {r}")).unwrap_or_default()
+                ),
+            ),
+        },
+        // The management UI answers a path that is not the API's with a web page, or with 406
+        // to a client that accepts only JSON.
+        HttpError::Status { status: status @ (404 | 406), html, .. } => {
+            let hint = if url.ends_with("/api") {
+                "is this the management API's base URL?"
+            } else {
+                "the management API's base URL ends in /api, such as http://localhost:15672/api"
+            };
+            let what = if *status == 404 { "404 Not Found" } else { "406 Not Acceptable" };
+            (
+                Cause::NotThere,
+                format!(
+                    "the management API is not at {url}: GET {url}/overview answered {what}{}; {hint}",
+                    if *html { " with a web page" } else { "" }
+                ),
+            )
+        }
+        HttpError::Status { status, reason, html } => (
+            Cause::Other,
+            format!(
+                "the management API at {url} answered HTTP {status}{}{}",
+                reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default(),
+                if *html { " (a web page, not the API: is this the management API's base URL?)" } else { "" }
+            ),
+        ),
+        HttpError::NotJson { detail } => (
+            Cause::NotThere,
+            format!(
+                "the server at {url} does not answer as the management API ({detail}); the API's base URL ends in /api, such as http://localhost:15672/api"
+            ),
+        ),
+    };
+    ApiError { message, cause }
+}
+
+/// A vhost's name as one path segment: every byte but unreserved ones escaped (`/` is `%2F`).
+pub fn segment(name: &str) -> String {
+    name.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = (u32::from(chunk[0]) << 16)
+            | (u32::from(*chunk.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*chunk.get(2).unwrap_or(&0));
+        for (i, shift) in [18, 12, 6, 0].into_iter().enumerate() {
+            out.push(if i <= chunk.len() { ALPHABET[(n >> shift) as usize & 63] as char } else { '=' });
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// What the API returns: only the fields hopper reads.
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug, Deserialize)]
+pub struct Overview {
+    pub cluster_name: String,
+    pub rabbitmq_version: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ExchangeInfo {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub durable: bool,
+    pub auto_delete: bool,
+    /// An internal exchange refuses publishes from clients.
+    #[serde(default)]
+    pub internal: bool,
+    #[serde(default)]
+    pub arguments: Map<String, Value>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct QueueInfo {
+    pub name: String,
+    /// `classic`, `quorum` or `stream`.
+    #[serde(rename = "type", default = "classic")]
+    pub kind: String,
+    pub durable: bool,
+    pub auto_delete: bool,
+    #[serde(default)]
+    pub arguments: Map<String, Value>,
+    /// Absent until the broker has collected the queue's stats once.
+    #[serde(default)]
+    pub messages: u64,
+    #[serde(default)]
+    pub messages_unacknowledged: u64,
+    #[serde(default)]
+    pub consumers: u64,
+}
+
+fn classic() -> String {
+    "classic".into()
+}
+
+#[derive(Debug, Deserialize)]
+pub struct BindingInfo {
+    pub source: String,
+    pub destination: String,
+    /// `queue` or `exchange`.
+    pub destination_type: String,
+    pub routing_key: String,
+    #[serde(default)]
+    pub arguments: Map<String, Value>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct PolicyInfo {
+    pub name: String,
+    pub pattern: String,
+    #[serde(rename = "apply-to")]
+    pub apply_to: String,
+    #[serde(default)]
+    pub priority: i64,
+    #[serde(default)]
+    pub definition: Map<String, Value>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading a vhost
+// ---------------------------------------------------------------------------------------------
+
 /// Exchanges, queues (with arguments and counts) and bindings of one vhost.
 pub async fn read(endpoint: &Endpoint, vhost: &str) -> Result<Live> {
-    let api = client(endpoint);
-    let err = |e: HttpClientError| anyhow!(explain(endpoint, &e));
+    let api = Api::new(endpoint);
+    let err = |e: HttpError| anyhow::Error::new(why(&api, &e));
     let overview = api.overview().await.map_err(err)?;
-    let exchanges = api.list_exchanges_in(vhost).await.map_err(err)?;
-    let queues = api.list_queues_in(vhost).await.map_err(err)?;
-    let bindings = api.list_bindings_in(vhost).await.map_err(err)?;
-    let policies = applied(api.list_policies_in(vhost).await.map_err(err)?);
-    let operator_policies = applied(api.list_operator_policies_in(vhost).await.map_err(err)?);
+    let v = segment(vhost);
+    // The overview answered, so the URL is the API's: a 404 now is the vhost.
+    let listing = |e: HttpError| match e {
+        HttpError::Status { status: 404, .. } => anyhow!(
+            "vhost `{vhost}` does not exist on the broker at {} (create it with `rabbitmqctl add_vhost`)",
+            api.url()
+        ),
+        other => err(other),
+    };
+    let exchanges: Vec<ExchangeInfo> = api.get(&format!("/exchanges/{v}")).await.map_err(listing)?;
+    let queues: Vec<QueueInfo> = api.get(&format!("/queues/{v}")).await.map_err(listing)?;
+    let bindings: Vec<BindingInfo> = api.get(&format!("/bindings/{v}")).await.map_err(listing)?;
+    let policies = applied(api.get(&format!("/policies/{v}")).await.map_err(listing)?);
+    let operator_policies = applied(api.get(&format!("/operator-policies/{v}")).await.map_err(listing)?);
 
     let mut live =
         Live { bindings: Some(BTreeSet::new()), version: Some(overview.rabbitmq_version), ..Live::default() };
     for e in exchanges {
-        let arguments = arguments(&e.arguments.0);
         let exchange = LiveExchange {
-            kind: e.exchange_type.as_str().into(),
+            kind: e.kind.as_str().into(),
             durable: e.durable,
             auto_delete: e.auto_delete,
-            // rabbitmq_http_client's listing leaves `internal` out (see the README).
-            internal: false,
-            arguments,
+            internal: e.internal,
+            arguments: arguments(&e.arguments),
         };
         live.exchanges.insert(e.name.into(), exchange);
     }
     for q in queues {
-        let mut arguments = arguments(&q.arguments.0);
+        let mut arguments = arguments(&q.arguments);
         // Older brokers leave out `x-queue-type` for queues declared without it.
-        arguments.insert_if_absent(arg::QUEUE_TYPE, ArgValue::Str(q.queue_type.clone()));
+        arguments.insert_if_absent(arg::QUEUE_TYPE, ArgValue::Str(q.kind.clone()));
         live.queues.insert(
             q.name.as_str().into(),
             LiveQueue {
                 durable: q.durable,
                 auto_delete: q.auto_delete,
-                policy: matching(&policies, vhost, &q.name, &q.queue_type),
-                operator_policy: matching(&operator_policies, vhost, &q.name, &q.queue_type),
+                policy: matching(&policies, &q.name, &q.kind),
+                operator_policy: matching(&operator_policies, &q.name, &q.kind),
                 arguments: Some(arguments),
                 refused: None,
-                messages: Some(q.message_count),
-                unacked: Some(q.unacknowledged_message_count),
-                consumers: Some(u64::from(q.consumer_count)),
+                messages: Some(q.messages),
+                unacked: Some(q.messages_unacknowledged),
+                consumers: Some(q.consumers),
             },
         );
     }
@@ -88,15 +385,15 @@ pub async fn read(endpoint: &Endpoint, vhost: &str) -> Result<Live> {
         if b.source.is_empty() {
             continue;
         }
-        let destination = match b.destination_type {
-            BindingDestinationType::Exchange => Destination::Exchange(b.destination.into()),
+        let destination = match b.destination_type.as_str() {
+            "exchange" => Destination::Exchange(b.destination.into()),
             _ => Destination::Queue(b.destination.into()),
         };
         set.insert(Binding {
             source: b.source.into(),
             destination,
             routing_key: b.routing_key,
-            arguments: arguments(&b.arguments.0),
+            arguments: arguments(&b.arguments),
         });
     }
     Ok(live)
@@ -104,69 +401,112 @@ pub async fn read(endpoint: &Endpoint, vhost: &str) -> Result<Live> {
 
 /// The cluster behind the management API, as its overview names it.
 pub async fn identity(endpoint: &Endpoint) -> Result<Identity> {
-    let overview = client(endpoint).overview().await.map_err(|e| anyhow!(explain(endpoint, &e)))?;
+    let api = Api::new(endpoint);
+    let overview = api.overview().await.map_err(|e| anyhow::Error::new(why(&api, &e)))?;
     Ok(Identity { cluster_name: overview.cluster_name, version: overview.rabbitmq_version })
+}
+
+/// A policy as RabbitMQ matches it: its pattern compiled once, and what it applies.
+struct Matcher {
+    name: String,
+    priority: i64,
+    apply_to: String,
+    /// `None` for a pattern this engine cannot compile: it matches nothing, as before.
+    pattern: Option<regex_lite::Regex>,
+    applied: Arc<AppliedPolicy>,
 }
 
 /// The policy that applies to a queue: the matching one of highest priority (RabbitMQ does not
 /// merge policies), ties broken by name. Resolved here from the policy listing rather than read
 /// from the queue's `policy` field, which the management API refreshes only every few seconds.
-fn matching(
-    policies: &[(Policy, Arc<AppliedPolicy>)],
-    vhost: &str,
-    queue: &str,
-    queue_type: &str,
-) -> Option<Arc<AppliedPolicy>> {
-    let target = match queue_type {
-        "quorum" => PolicyTarget::QuorumQueues,
-        "stream" => PolicyTarget::Streams,
-        _ => PolicyTarget::ClassicQueues,
-    };
+fn matching(policies: &[Matcher], queue: &str, queue_type: &str) -> Option<Arc<AppliedPolicy>> {
     policies
         .iter()
-        .filter(|(p, _)| p.does_match_name(vhost, queue, target))
-        .max_by(|(a, _), (b, _)| a.priority.cmp(&b.priority).then_with(|| b.name.cmp(&a.name)))
-        .map(|(_, applied)| applied.clone())
+        .filter(|p| applies_to(&p.apply_to, queue_type) && p.pattern.as_ref().is_some_and(|re| re.is_match(queue)))
+        .max_by(|a, b| a.priority.cmp(&b.priority).then_with(|| b.name.cmp(&a.name)))
+        .map(|p| p.applied.clone())
+}
+
+/// Whether a policy's `apply-to` covers a queue of this type: `all` and `queues` cover every
+/// queue (streams too), `classic_queues`, `quorum_queues` and `streams` their own type.
+fn applies_to(apply_to: &str, queue_type: &str) -> bool {
+    match apply_to {
+        "all" | "queues" => true,
+        "classic_queues" => queue_type == "classic",
+        "quorum_queues" => queue_type == "quorum",
+        "streams" => queue_type == "stream",
+        _ => false,
+    }
 }
 
 /// Each policy with what it applies, made once and shared by every queue it matches.
-fn applied(policies: Vec<Policy>) -> Vec<(Policy, Arc<AppliedPolicy>)> {
+fn applied(policies: Vec<PolicyInfo>) -> Vec<Matcher> {
     policies
         .into_iter()
         .map(|p| {
-            let definition = p.definition.0.iter().flatten().filter_map(|(k, v)| Some((k.clone(), arg(v)?))).collect();
-            let applied = Arc::new(AppliedPolicy { name: p.name.clone(), definition });
-            (p, applied)
+            let definition = p.definition.iter().filter_map(|(k, v)| Some((k.clone(), arg(v)?))).collect();
+            Matcher {
+                applied: Arc::new(AppliedPolicy { name: p.name.clone(), definition }),
+                pattern: regex_lite::Regex::new(&p.pattern).ok(),
+                name: p.name,
+                priority: p.priority,
+                apply_to: p.apply_to,
+            }
         })
         .collect()
 }
 
-fn arguments(map: &serde_json::Map<String, serde_json::Value>) -> Arguments {
+fn arguments(map: &Map<String, Value>) -> Arguments {
     map.iter().filter_map(|(k, v)| Some((k.clone(), arg(v)?))).collect()
 }
 
-fn arg(v: &serde_json::Value) -> Option<ArgValue> {
+fn arg(v: &Value) -> Option<ArgValue> {
     Some(match v {
-        serde_json::Value::String(s) => ArgValue::Str(s.clone()),
-        serde_json::Value::Bool(b) => ArgValue::Bool(*b),
-        serde_json::Value::Number(n) => n.as_i64().map_or_else(|| ArgValue::Other(n.to_string()), ArgValue::Int),
-        serde_json::Value::Null => return None,
+        Value::String(s) => ArgValue::Str(s.clone()),
+        Value::Bool(b) => ArgValue::Bool(*b),
+        Value::Number(n) => n.as_i64().map_or_else(|| ArgValue::Other(n.to_string()), ArgValue::Int),
+        Value::Null => return None,
         other => ArgValue::Other(other.to_string()),
     })
 }
 
 /// Creates a vhost (tests and quickstarts; `apply` itself never creates one).
 pub async fn create_vhost(endpoint: &Endpoint, name: &str) -> Result<()> {
-    let params = VirtualHostParams {
-        name,
-        description: Some("created by hopper"),
-        tags: None,
-        default_queue_type: Some(QueueType::Classic),
-        tracing: false,
-    };
-    client(endpoint).create_vhost(&params).await.map_err(|e| anyhow!(explain(endpoint, &e)))
+    let api = Api::new(endpoint);
+    let body = serde_json::json!({"description": "created by hopper", "default_queue_type": "classic"});
+    api.put(&format!("/vhosts/{}", segment(name)), &body).await.map_err(|e| anyhow!(explain(&api, &e)))
 }
 
 pub async fn delete_vhost(endpoint: &Endpoint, name: &str) -> Result<()> {
-    client(endpoint).delete_vhost(name, true).await.map_err(|e| anyhow!(explain(endpoint, &e)))
+    let api = Api::new(endpoint);
+    match api.delete(&format!("/vhosts/{}", segment(name))).await {
+        Ok(()) | Err(HttpError::Status { status: 404, .. }) => Ok(()),
+        Err(e) => Err(anyhow!(explain(&api, &e))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn basic_authorization_is_base64() {
+        assert_eq!(base64(b"guest:guest"), "Z3Vlc3Q6Z3Vlc3Q=");
+        assert_eq!(base64(b"a"), "YQ==");
+        assert_eq!(base64(b"ab"), "YWI=");
+        assert_eq!(base64(b"abc"), "YWJj");
+    }
+
+    #[test]
+    fn vhosts_are_one_segment() {
+        assert_eq!(segment("/"), "%2F");
+        assert_eq!(segment("a b/c"), "a%20b%2Fc");
+    }
+
+    #[test]
+    fn apply_to_as_rabbitmq_reads_it() {
+        assert!(applies_to("queues", "stream") && applies_to("all", "quorum"));
+        assert!(applies_to("quorum_queues", "quorum") && !applies_to("quorum_queues", "classic"));
+        assert!(!applies_to("exchanges", "classic"));
+    }
 }

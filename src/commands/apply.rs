@@ -22,7 +22,10 @@ Examples:
   hopper apply --dry-run topologies/orders.toml
   hopper apply --prune topologies/              also remove left-over queues that are empty and unused
   hopper apply --migrate topologies/            give queues new arguments (classic to quorum, ...) in place, keeping messages
-  HOPPER_AMQP_URL=amqp://app:secret@rabbit-1:5672,amqp://app:secret@rabbit-2:5672 hopper apply topologies/")]
+  hopper apply --amqp-only topologies/          without the management API (bindings declared again)
+  HOPPER_PASSWORD_FILE=/run/secrets/rabbitmq hopper apply --username app \\
+      --amqp-url amqps://rabbit-1:5671,amqps://rabbit-2:5671 --tls-ca-cert-file ca.pem topologies/
+  hopper apply --context prod topologies/       a broker named in ~/.config/hopper/config.toml")]
 pub struct Args {
     #[command(flatten)]
     pub spec: SpecArgs,
@@ -41,6 +44,11 @@ pub struct Args {
     /// queue without consumers; killed at any point, the next run finishes it.
     #[arg(long)]
     pub migrate: bool,
+    /// Read the broker over AMQP alone, without the management API (a user without the
+    /// `monitoring` tag, the plugin off): left-over queues cannot be listed, bindings are
+    /// declared again. Never done unless asked.
+    #[arg(long)]
+    pub amqp_only: bool,
     /// Also list objects that are already in sync.
     #[arg(long)]
     pub show_unchanged: bool,
@@ -57,7 +65,7 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
     let report = ops::apply::run(
         &endpoint,
         &by_vhost,
-        &Request { dry_run: args.dry_run, prune: args.prune, migrate: args.migrate },
+        &Request { dry_run: args.dry_run, prune: args.prune, migrate: args.migrate, amqp_only: args.amqp_only },
     )?;
     match format {
         Format::Json => output::json(&report)?,

@@ -46,7 +46,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<Exit> {
     let networks: Vec<(String, Network)> = if args.live {
-        let vhost = args.vhost.clone().unwrap_or_else(|| "/".into());
+        let vhost = args.broker.vhost(args.vhost.as_deref())?;
         let endpoint = args.broker.endpoint()?;
         let live = ops::runtime()?.block_on(crate::broker::http::read(&endpoint, &vhost))?;
         let mut network = Network::from_live(&live);

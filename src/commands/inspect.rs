@@ -26,7 +26,7 @@ pub struct Args {
     /// Restrict to the queues of these spec files' topologies (and their vhosts).
     #[arg(value_name = "SPEC")]
     pub specs: Vec<std::path::PathBuf>,
-    /// The vhost to inspect [default: "/", or the spec's].
+    /// The vhost to inspect [default: the spec's, else the context's, else "/"].
     #[arg(long, value_parser = super::vhost_name)]
     pub vhost: Option<String>,
     /// Only this queue.
@@ -47,7 +47,7 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
     // Which vhosts, and which queues in them.
     let mut scopes = Vec::new();
     if args.specs.is_empty() {
-        scopes.push(Scope { vhost: args.vhost.clone().unwrap_or_else(|| "/".into()), queues: None });
+        scopes.push(Scope { vhost: args.broker.vhost(args.vhost.as_deref())?, queues: None });
     } else {
         let spec_args = SpecArgs { specs: args.specs.clone(), vhost: args.vhost.clone() };
         let spec = match spec_args.load()? {

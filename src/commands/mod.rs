@@ -2,6 +2,7 @@
 
 pub mod apply;
 pub mod compile;
+pub mod config;
 pub mod contract;
 pub mod diff;
 pub mod export;
@@ -29,7 +30,8 @@ Examples:
   hopper apply topologies/                   converge the broker to the spec
   hopper lint topologies/                    message-loss hazards in the spec, offline
   hopper inspect --vhost /                   where messages go on the live broker, and every hazard
-  hopper graph topologies/ | dot -Tsvg       exchanges, queues, bindings and dead-letter routes";
+  hopper graph topologies/ | dot -Tsvg       exchanges, queues, bindings and dead-letter routes
+  hopper config show --context prod          the broker settings a run would use, and where each came from";
 
 #[derive(Debug, Parser)]
 #[command(name = "hopper", version, about = "Compile, apply and explain RabbitMQ retry topologies", after_help = EXAMPLES)]
@@ -45,6 +47,8 @@ pub struct Cli {
 pub enum Command {
     Apply(apply::Args),
     Compile(compile::Args),
+    #[command(subcommand)]
+    Config(config::Command),
     Contract(contract::Args),
     Diff(diff::Args),
     Export(export::Args),
@@ -89,26 +93,77 @@ pub fn vhost_name(value: &str) -> Result<String, String> {
     }
 }
 
-/// How to reach the broker.
-#[derive(Debug, clap::Args)]
+/// How to reach the broker. Each flag has an environment variable; a context of the config file
+/// (`--context`) fills in what neither says. The environment is read in `crate::config`, not by
+/// clap, so that `hopper config show` can say where each setting came from.
+#[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Broker")]
 pub struct BrokerArgs {
-    /// AMQP URL; several, comma-separated, name the nodes of a cluster, tried in turn.
-    #[arg(
-        long,
-        env = "HOPPER_AMQP_URL",
-        default_value = "amqp://guest:guest@localhost:5672",
-        hide_env_values = true,
-        hide_default_value = true
-    )]
-    pub amqp_url: String,
-    /// Management API base URL [default: the first node's host, port 15672, path /api].
-    #[arg(long, env = "HOPPER_MANAGEMENT_URL", hide_env_values = true)]
+    /// The context of the config file to use [env: HOPPER_CONTEXT]; the file is HOPPER_CONFIG,
+    /// else ~/.config/hopper/config.toml.
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+    /// AMQP URL (amqp:// or amqps://); several, comma-separated, name the nodes of a cluster,
+    /// tried in turn [env: HOPPER_AMQP_URL] [default: amqp://localhost:5672].
+    #[arg(long, value_name = "URL")]
+    pub amqp_url: Option<String>,
+    /// Management API base URL, http:// or https:// [env: HOPPER_MANAGEMENT_URL] [default: the
+    /// first node's host, port 15672 (15671 for amqps), path /api].
+    #[arg(long, value_name = "URL")]
     pub management_url: Option<String>,
+    /// User for both endpoints, instead of the URL's [env: HOPPER_USERNAME] [default: guest].
+    #[arg(long, value_name = "USER")]
+    pub username: Option<String>,
+    /// A file holding the password (its first line), so that it is in no URL and no process
+    /// list [env: HOPPER_PASSWORD_FILE; or the password itself in HOPPER_PASSWORD].
+    #[arg(long, value_name = "FILE")]
+    pub password_file: Option<PathBuf>,
+    /// PEM file of a CA to trust, besides the system's [env: HOPPER_TLS_CA_CERT_FILE].
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca_cert_file: Option<PathBuf>,
+    /// PEM client certificate, for brokers that require one [env: HOPPER_TLS_CERT_FILE].
+    #[arg(long, value_name = "FILE", requires = "tls_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM private key of the client certificate [env: HOPPER_TLS_KEY_FILE].
+    #[arg(long, value_name = "FILE", requires = "tls_cert_file")]
+    pub tls_key_file: Option<PathBuf>,
+    /// How long to wait to connect, for a TLS handshake and for each request: 30s, 2m, 500ms
+    /// [env: HOPPER_TIMEOUT] [default: 30s].
+    #[arg(long, value_name = "DURATION", value_parser = crate::config::parse_timeout)]
+    pub timeout: Option<std::time::Duration>,
 }
 
 impl BrokerArgs {
+    /// Every setting resolved: flags, then the environment, then the context, then defaults.
+    pub fn resolve(&self) -> Result<crate::config::Resolution> {
+        let flags = crate::config::Flags {
+            context: self.context.clone(),
+            amqp_url: self.amqp_url.clone(),
+            management_url: self.management_url.clone(),
+            username: self.username.clone(),
+            password_file: self.password_file.clone(),
+            tls_ca_cert_file: self.tls_ca_cert_file.clone(),
+            tls_cert_file: self.tls_cert_file.clone(),
+            tls_key_file: self.tls_key_file.clone(),
+            timeout: self.timeout,
+        };
+        crate::config::resolve(&flags, &|name| std::env::var(name).ok())
+    }
+
     pub fn endpoint(&self) -> Result<Endpoint> {
-        Endpoint::new(&self.amqp_url, self.management_url.as_deref())
+        Endpoint::from_settings(self.resolve()?.settings()?)
+    }
+
+    /// The vhost for a command that takes it from the command line: `--vhost`, else the
+    /// context's, else `/`.
+    pub fn vhost(&self, flag: Option<&str>) -> Result<String> {
+        if let Some(v) = flag {
+            return Ok(v.to_string());
+        }
+        match self.resolve()?.vhost {
+            Some(v) => vhost_name(&v.value).map_err(|e| anyhow::anyhow!("the context's vhost: {e}")),
+            None => Ok("/".into()),
+        }
     }
 }
 
@@ -116,6 +171,7 @@ pub fn run(cli: Cli) -> Result<Exit> {
     match cli.command {
         Command::Apply(args) => apply::run(args, cli.format),
         Command::Compile(args) => compile::run(args, cli.format),
+        Command::Config(command) => config::run(command, cli.format),
         Command::Contract(args) => contract::run(args, cli.format),
         Command::Diff(args) => diff::run(args, cli.format),
         Command::Export(args) => export::run(args),

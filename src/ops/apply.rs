@@ -14,6 +14,8 @@ pub struct Request {
     pub dry_run: bool,
     pub prune: bool,
     pub migrate: bool,
+    /// Read over AMQP alone, never the management API: only when asked, never as a fallback.
+    pub amqp_only: bool,
 }
 
 /// Where a vhost's state was read from.
@@ -21,7 +23,7 @@ pub struct Request {
 #[serde(rename_all = "snake_case")]
 pub enum ReadFrom {
     ManagementApi,
-    /// Passive declarations over AMQP: the management API could not be used.
+    /// Passive declarations over AMQP, as `--amqp-only` asks.
     Amqp,
 }
 
@@ -64,15 +66,16 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], req
     super::runtime()?.block_on(async {
         let options = Options { prune: request.prune, admin: Some(endpoint.admin()), migrate: request.migrate };
         // Read one broker and write another? Never: both endpoints must be one cluster.
-        // Without the management API, the cluster is the one the first AMQP node names; every
-        // session connects only to nodes of it.
+        // With --amqp-only, the cluster is the one the first AMQP node names; every session
+        // connects only to nodes of it. Otherwise a management API that cannot be used is an
+        // error: falling back silently would hide a wrong URL and plan without the bindings.
         let amqp_identity = identity::amqp(endpoint).await?;
-        let cluster = match http::identity(endpoint).await {
-            Ok(http_identity) => {
-                identity::same_cluster(endpoint, &amqp_identity, &http_identity)?;
-                http_identity.cluster_name
-            }
-            Err(_) => amqp_identity.1.cluster_name.clone(),
+        let cluster = if request.amqp_only {
+            amqp_identity.1.cluster_name.clone()
+        } else {
+            let http_identity = http::identity(endpoint).await.map_err(needs_the_api)?;
+            identity::same_cluster(endpoint, &amqp_identity, &http_identity)?;
+            http_identity.cluster_name
         };
         // Plan every vhost before changing any: a conflict anywhere stops the whole run.
         let mut work = Vec::new();
@@ -80,19 +83,15 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], req
             let mut session = amqp::Session::connect(endpoint, vhost, &cluster).await?;
             // What is written is judged by the release of the node it is written to.
             super::check_release(&session.identity().version, topologies)?;
-            let (mut live, read_from, note) = match http::read(endpoint, vhost).await {
-                Ok(mut live) => {
-                    super::exact_counts(&mut session, &mut live, topologies).await?;
-                    (live, ReadFrom::ManagementApi, None)
-                }
-                Err(e) => {
-                    let retyped = |q: &crate::model::Queue, t: &str| plan::retyped(topologies, q, t);
-                    let live = session.probe(&plan::desired(topologies), retyped).await?;
-                    let note = format!(
-                        "{e:#}; read over AMQP instead: bindings are declared again (idempotent), and queues left over by earlier specs cannot be listed"
-                    );
-                    (live, ReadFrom::Amqp, Some(note))
-                }
+            let (mut live, read_from, note) = if request.amqp_only {
+                let retyped = |q: &crate::model::Queue, t: &str| plan::retyped(topologies, q, t);
+                let live = session.probe(&plan::desired(topologies), retyped).await?;
+                let note = "--amqp-only: read over AMQP: bindings are declared again (idempotent), and queues left over by earlier specs cannot be listed";
+                (live, ReadFrom::Amqp, Some(note.to_string()))
+            } else {
+                let mut live = http::read(endpoint, vhost).await.map_err(needs_the_api)?;
+                super::exact_counts(&mut session, &mut live, topologies).await?;
+                (live, ReadFrom::ManagementApi, None)
             };
             // A refusal's commands name the management API only where it answered.
             let options =
@@ -130,6 +129,19 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], req
         }
         Ok(Report { dry_run: request.dry_run, applied: apply, vhosts })
     })
+}
+
+/// A management API that cannot be used stops apply; where the API is not there at all (a wrong
+/// URL, the plugin off), reading over AMQP alone is a way on, when asked for.
+fn needs_the_api(e: anyhow::Error) -> anyhow::Error {
+    let not_there = e.downcast_ref::<http::ApiError>().is_some_and(|a| a.cause == http::Cause::NotThere);
+    if not_there {
+        anyhow::anyhow!(
+            "{e:#}; nothing was changed. hopper apply reads the broker through the management API; to read over AMQP alone (no left-over queues, bindings declared again), pass --amqp-only"
+        )
+    } else {
+        anyhow::anyhow!("{e:#}; nothing was changed")
+    }
 }
 
 /// Declarations first, then migrations (whose queues' new dead-letter exchanges and bindings

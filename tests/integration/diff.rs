@@ -6,8 +6,6 @@ use std::time::Duration;
 
 use lapin::options::QueueDeleteOptions;
 use lapin::types::FieldTable;
-use rabbitmq_http_client::commons::PolicyTarget;
-use rabbitmq_http_client::requests::PolicyParams;
 use serde_json::{Value, json};
 
 use crate::support::{self, Arg::*, Broker, Vhost, args, on_every_broker};
@@ -36,16 +34,7 @@ fn binding(status: &str, source: &str, queue: &str, key: &str) -> Value {
 }
 
 async fn policy(vhost: &Vhost, operator: bool, name: &str, pattern: &str, definition: Value) {
-    let params = PolicyParams {
-        vhost: &vhost.name,
-        name,
-        pattern,
-        apply_to: PolicyTarget::Queues,
-        priority: 10,
-        definition: definition.as_object().unwrap().clone(),
-    };
-    let api = hopper::broker::http::client(&vhost.broker.endpoint());
-    if operator { api.declare_operator_policy(&params).await } else { api.declare_policy(&params).await }.unwrap();
+    support::declare_policy(vhost.broker, &vhost.name, operator, name, pattern, definition).await;
 }
 
 /// In sync: exit 0, every object compared, and a person reads one line.

@@ -18,7 +18,7 @@ async fn import_matches_apply(broker: Broker) {
     let out = vhost.hopper(&["export", orders.to_str().unwrap(), payments.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0));
     let definitions: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    hopper::broker::http::client(&broker.endpoint()).import_definitions(definitions).await.unwrap();
+    support::import_definitions(broker, &definitions).await;
 
     // The import is asynchronous: wait for its last object.
     support::wait_for_exists(&vhost.connect().await, "payments").await;

@@ -12,8 +12,6 @@ use lapin::options::{
 };
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, ExchangeKind};
-use rabbitmq_http_client::commons::PolicyTarget;
-use rabbitmq_http_client::requests::PolicyParams;
 use serde_json::{Value, json};
 
 use crate::support::{
@@ -248,55 +246,22 @@ async fn get_one(channel: &Channel, queue: &str) -> lapin::message::BasicGetMess
     }
 }
 
-/// One GET on the management API, as JSON; `None` on 404. Plain HTTP/1.0 over a socket: the
-/// typed client leaves out fields these tests need (`messages_dlx`). Signs in as the broker's
-/// AMQP user, as hopper does.
-fn management(broker: Broker, path: &str) -> Option<Value> {
-    use std::io::{Read, Write};
-    let base = broker.management().strip_prefix("http://").expect("a management URL over plain http");
-    let (authority, prefix) = base.split_once('/').unwrap();
-    let mut stream = std::net::TcpStream::connect(authority).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let endpoint = broker.endpoint();
-    let credentials = base64(format!("{}:{}", endpoint.username(), endpoint.password()).as_bytes());
-    let request = format!(
-        "GET /{prefix}{path} HTTP/1.0\r\nHost: {authority}\r\nAuthorization: Basic {credentials}\r\nAccept: application/json\r\n\r\n"
-    );
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").unwrap();
-    let status = head.split_whitespace().nth(1).unwrap();
-    match status {
-        "200" => Some(serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))),
-        "404" => None,
-        other => panic!("GET {path}: {other}: {body}"),
+/// A queue as the management API shows it (with fields hopper does not read, such as
+/// `messages_dlx`); `None` once it is gone.
+async fn queue_info(vhost: &Vhost, queue: &str) -> Option<Value> {
+    let path = format!("/queues/{}/{}", support::urlencode(&vhost.name), support::urlencode(queue));
+    match support::api(vhost.broker).get(&path).await {
+        Ok(info) => Some(info),
+        Err(hopper::broker::http::HttpError::Status { status: 404, .. }) => None,
+        Err(e) => panic!("GET {path}: {e:?}"),
     }
-}
-
-/// Standard base64, padded, for a Basic authorization header.
-fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let n = chunk.iter().enumerate().fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
-        for i in 0..4 {
-            out.push(if i <= chunk.len() { ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char } else { '=' });
-        }
-    }
-    out
-}
-
-/// A queue as the management API lists it; `None` once it is gone.
-fn queue_info(vhost: &Vhost, queue: &str) -> Option<Value> {
-    management(vhost.broker, &format!("/queues/{}/{}", support::urlencode(&vhost.name), support::urlencode(queue)))
 }
 
 /// Waits until the management API's statistics (emitted every few seconds) satisfy `ok`.
 async fn wait_for_stats(vhost: &Vhost, queue: &str, what: &str, ok: impl Fn(&Value) -> bool) {
     let start = Instant::now();
     loop {
-        let info = queue_info(vhost, queue).unwrap_or_else(|| panic!("{queue} is gone"));
+        let info = queue_info(vhost, queue).await.unwrap_or_else(|| panic!("{queue} is gone"));
         if ok(&info) {
             return;
         }
@@ -401,7 +366,7 @@ async fn expires_on_retry_path(broker: Broker) {
     // Watched through the management API: a passive declare would count as a use and keep the
     // queue alive.
     let start = Instant::now();
-    while queue_info(&vhost, "wait").is_some() {
+    while queue_info(&vhost, "wait").await.is_some() {
         assert!(start.elapsed() < Duration::from_secs(5), "wait never expired");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -481,8 +446,8 @@ async fn at_least_once_not_in_force(broker: Broker) {
     assert_eq!(total(&c, &["lossy", "safe"]).await, 0);
     wait_for_stats(&vhost, "safe", "holds its dead letter", |q| q["messages_dlx"] == 1).await;
     wait_for_stats(&vhost, "lossy", "reports messages_dlx", |q| q["messages_dlx"].is_number()).await;
-    assert_eq!(queue_info(&vhost, "lossy").unwrap()["messages_dlx"], 0, "lossy dropped it: at most once");
-    assert_eq!(queue_info(&vhost, "safe").unwrap()["messages_dlx"], 1, "safe keeps it for retry");
+    assert_eq!(queue_info(&vhost, "lossy").await.unwrap()["messages_dlx"], 0, "lossy dropped it: at most once");
+    assert_eq!(queue_info(&vhost, "safe").await.unwrap()["messages_dlx"], 1, "safe keeps it for retry");
 
     assert_reported(&vhost, hazard("at-least-once-not-in-force", &["lossy"], &[]));
     let (_, hazards) = inspect(&vhost);
@@ -511,15 +476,8 @@ async fn routing_key_without_exchange(broker: Broker) {
     assert!(matches!(e.kind(), lapin::ErrorKind::ProtocolError(amqp) if amqp.get_id() == 406), "{e:?}");
     assert_eq!(support::count(&c, "refused").await, None);
 
-    let params = PolicyParams {
-        vhost: &vhost.name,
-        name: "dlrk-only",
-        pattern: "^work$",
-        apply_to: PolicyTarget::Queues,
-        priority: 10,
-        definition: json!({"dead-letter-routing-key": "parked"}).as_object().unwrap().clone(),
-    };
-    hopper::broker::http::client(&broker.endpoint()).declare_policy(&params).await.unwrap();
+    let definition = json!({"dead-letter-routing-key": "parked"});
+    support::declare_policy(broker, &vhost.name, false, "dlrk-only", "^work$", definition).await;
     queue(&ch, "parked", FieldTable::default()).await;
     queue(&ch, "work", args(&[("x-queue-type", Str("quorum"))])).await;
     support::publish(&c, "", "work", &["m".to_string()]).await;

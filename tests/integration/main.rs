@@ -2,6 +2,8 @@
 //! 4.0 (see support.rs), each in a vhost of its own that is removed afterwards.
 
 mod apply;
+mod config;
+mod connect;
 mod diff;
 mod export;
 mod flow;
@@ -14,6 +16,7 @@ mod readme;
 mod safety;
 mod spec_errors;
 mod support;
+mod tls;
 
 #[allow(dead_code)]
 #[path = "../../examples/retry_consumer.rs"]

@@ -70,9 +70,8 @@ async fn dead_letters_in_transit_are_never_pruned(broker: Broker) {
     support::publish(&admin, "orders.retry", "3", &["stuck-0".to_string(), "stuck-1".to_string()]).await;
     // They expire after 1 s and cannot be delivered: ready 0, in transit 2.
     support::wait_for_count(&admin, "orders.hop-3.wait-1s", 0, Duration::from_secs(10)).await;
-    let api = hopper::broker::http::client(&broker.endpoint());
     let start = std::time::Instant::now();
-    while api.get_queue_info(&vhost.name, "orders.hop-3.wait-1s").await.unwrap().message_count < 2 {
+    while support::queue_info(broker, &vhost.name, "orders.hop-3.wait-1s").await["messages"].as_u64().unwrap_or(0) < 2 {
         assert!(start.elapsed() < Duration::from_secs(30), "the management API never counted the dead letters");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -135,15 +134,18 @@ async fn foreign_queues_are_left_alone(broker: Broker) {
 async fn blind_delay_change_is_refused(broker: Broker) {
     let vhost = Vhost::new(broker, "prune-blind").await;
     let spec = vhost.spec("orders.toml", "[topology.orders]\ndelays = [\"30s\"]\n");
-    assert_eq!(vhost.hopper(&["apply", "--management-url", NO_API, spec.to_str().unwrap()]).status.code(), Some(0));
-    let (code, again) = vhost.json(&["apply", "--management-url", NO_API, spec.to_str().unwrap()]);
+    assert_eq!(
+        vhost.hopper(&["apply", "--amqp-only", "--management-url", NO_API, spec.to_str().unwrap()]).status.code(),
+        Some(0)
+    );
+    let (code, again) = vhost.json(&["apply", "--amqp-only", "--management-url", NO_API, spec.to_str().unwrap()]);
     assert_eq!(code, Some(0));
     // Bindings cannot be listed over AMQP: declared again; everything else is found in place.
     support::none(support::steps(&again), &json!({"action": "create"}));
     support::none(support::steps(&again), &json!({"action": "ensure", "object": {"object": "queue"}}));
 
     let spec = vhost.spec("orders.toml", "[topology.orders]\ndelays = [\"2s\"]\n");
-    let (code, report) = vhost.json(&["apply", "--management-url", NO_API, spec.to_str().unwrap()]);
+    let (code, report) = vhost.json(&["apply", "--amqp-only", "--management-url", NO_API, spec.to_str().unwrap()]);
     assert_eq!(code, Some(3), "{report:#}");
     assert_eq!(report["applied"], false);
     let conflict = support::one(support::steps(&report), &json!({"action": "conflict"}));

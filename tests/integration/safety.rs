@@ -9,11 +9,10 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use futures_lite::StreamExt;
-use hopper::broker::{Endpoint, http};
+use hopper::broker::Endpoint;
 use lapin::Connection;
 use lapin::options::{BasicConsumeOptions, BasicGetOptions, BasicRejectOptions};
 use lapin::types::FieldTable;
-use rabbitmq_http_client::commons::BindingDestinationType;
 use serde_json::{Value, json};
 
 use crate::support::{self, Broker, Vhost, on_every_broker};
@@ -39,26 +38,23 @@ async fn reject_one(connection: &Connection, queue: &str) {
 
 /// The bindings to queues of a vhost, as the management API lists them: (source, queue, key).
 async fn queue_bindings(broker: Broker, vhost: &str) -> BTreeSet<(String, String, String)> {
-    let api = http::client(&broker.endpoint());
-    api.list_bindings_in(vhost)
+    let text = |b: &Value, k: &str| b[k].as_str().unwrap_or_default().to_string();
+    support::list(broker, "bindings", vhost)
         .await
-        .unwrap()
-        .into_iter()
-        .filter(|b| matches!(b.destination_type, BindingDestinationType::Queue) && !b.source.is_empty())
-        .map(|b| (b.source, b.destination, b.routing_key))
+        .iter()
+        .filter(|b| b["destination_type"] == "queue" && !text(b, "source").is_empty())
+        .map(|b| (text(b, "source"), text(b, "destination"), text(b, "routing_key")))
         .collect()
 }
 
 /// Queue names and non-built-in exchange names of a vhost, as the management API lists them.
 async fn objects_on(broker: Broker, vhost: &str) -> (BTreeSet<String>, BTreeSet<String>) {
-    let api = http::client(&broker.endpoint());
-    let queues = api.list_queues_in(vhost).await.unwrap().into_iter().map(|q| q.name).collect();
-    let exchanges = api
-        .list_exchanges_in(vhost)
+    let name = |v: &Value| v["name"].as_str().unwrap_or_default().to_string();
+    let queues = support::list(broker, "queues", vhost).await.iter().map(name).collect();
+    let exchanges = support::list(broker, "exchanges", vhost)
         .await
-        .unwrap()
-        .into_iter()
-        .map(|e| e.name)
+        .iter()
+        .map(name)
         .filter(|n| !n.is_empty() && !n.starts_with("amq."))
         .collect();
     (queues, exchanges)
@@ -66,8 +62,8 @@ async fn objects_on(broker: Broker, vhost: &str) -> (BTreeSet<String>, BTreeSet<
 
 /// `queue name -> queue type` of a vhost, from the management API.
 async fn queue_types(broker: Broker, vhost: &str) -> BTreeMap<String, String> {
-    let api = http::client(&broker.endpoint());
-    api.list_queues_in(vhost).await.unwrap().into_iter().map(|q| (q.name, q.queue_type)).collect()
+    let text = |q: &Value, k: &str| q[k].as_str().unwrap_or_default().to_string();
+    support::list(broker, "queues", vhost).await.iter().map(|q| (text(q, "name"), text(q, "type"))).collect()
 }
 
 /// A diff entry for a binding to a queue, identified by all of it.
@@ -306,7 +302,7 @@ impl Pair {
 
 /// The cluster a broker of the matrix is, as its own management API's overview says.
 async fn cluster_name(broker: Broker) -> String {
-    http::client(&broker.endpoint()).overview().await.unwrap().cluster_name
+    support::api(broker).overview().await.unwrap().cluster_name
 }
 
 const ALL_BROKERS: [Broker; 3] = [Broker::RabbitMq3_10, Broker::RabbitMq4_0, Broker::RabbitMq4_3];
@@ -330,8 +326,9 @@ async fn a_node_of_another_cluster_in_the_list_is_never_written_to() {
         let spec = vhost.spec("jobs.toml", spec);
         let nodes = format!("{},{}", first.amqp(), other.amqp());
         // With the first node's management API, and with none at all (AMQP alone).
-        for management in [Some(first.management()), Some("http://127.0.0.1:1/api")] {
-            let out = hopper_with(Some(&nodes), management, &["apply", s(&spec)]);
+        for (management, amqp_only) in [(first.management(), false), ("http://127.0.0.1:1/api", true)] {
+            let args = if amqp_only { vec!["apply", "--amqp-only", s(&spec)] } else { vec!["apply", s(&spec)] };
+            let out = hopper_with(Some(&nodes), Some(management), &args);
             let stderr = support::text(&out.stderr);
             assert_eq!(out.status.code(), Some(2), "{}{stderr}", support::text(&out.stdout));
             assert!(stderr.contains("not used"), "the other cluster's node is named as not used: {stderr}");
@@ -529,7 +526,7 @@ fn apply(vhost: &Vhost, reading: Reading, spec: &Path) -> (Option<i32>, Value) {
     let (code, report) = match reading {
         Reading::ManagementApi => vhost.json(&["apply", s(spec)]),
         Reading::AmqpAlone => {
-            let args = ["--format", "json", "apply", s(spec)];
+            let args = ["--format", "json", "apply", "--amqp-only", s(spec)];
             let out = hopper_with(Some(vhost.broker.amqp()), Some("http://127.0.0.1:1/api"), &args);
             let report = serde_json::from_slice(&out.stdout)
                 .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", support::text(&out.stderr)));
@@ -1243,17 +1240,28 @@ fn a_bidirectional_override_in_a_name_is_refused() {
 }
 
 /// An internal main exchange refuses every producer's publish. Over AMQP the broker's refusal
-/// names it, and apply says `internal`, not the exchange's type (found by a hostile review).
+/// names it, and apply says `internal`, not the exchange's type (found by a hostile review); the
+/// management API's listing says it too.
 async fn an_internal_exchange_is_named_over_amqp(broker: Broker) {
     let vhost = Vhost::new(broker, "safety-internal").await;
     let channel = vhost.connect().await.create_channel().await.unwrap();
     let options = lapin::options::ExchangeDeclareOptions { durable: true, internal: true, ..Default::default() };
     channel.exchange_declare("jobs".into(), lapin::ExchangeKind::Direct, options, FieldTable::default()).await.unwrap();
     let spec = vhost.spec("jobs.toml", "[topology.jobs]\nmax_attempts = 1\n");
-    let out =
-        hopper_with(Some(broker.amqp()), Some("http://127.0.0.1:1/api"), &["--format", "json", "apply", s(&spec)]);
+    let out = hopper_with(
+        Some(broker.amqp()),
+        Some("http://127.0.0.1:1/api"),
+        &["--format", "json", "apply", "--amqp-only", s(&spec)],
+    );
     assert_eq!(out.status.code(), Some(3), "{}", support::text(&out.stderr));
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let conflict = support::one(support::steps(&report), &json!({"action": "conflict", "object": {"name": "jobs"}}));
+    assert_eq!(conflict["differences"], json!([{"argument": "internal", "live": true, "spec": false}]), "{conflict:#}");
+    // Through the management API too: hopper's own client reads `internal` (the one it replaced
+    // left it out, and the exchange read as in sync).
+    let (code, report) = vhost.json(&["apply", s(&spec)]);
+    assert_eq!(code, Some(3), "{report:#}");
+    assert_eq!(report["vhosts"][0]["read_from"], "management_api");
     let conflict = support::one(support::steps(&report), &json!({"action": "conflict", "object": {"name": "jobs"}}));
     assert_eq!(conflict["differences"], json!([{"argument": "internal", "live": true, "spec": false}]), "{conflict:#}");
 }
@@ -1261,14 +1269,9 @@ async fn an_internal_exchange_is_named_over_amqp(broker: Broker) {
 /// A user of its own with these permissions on the vhost: (its name, an AMQP URL signing in as
 /// it, without a vhost). The test deletes it.
 async fn user_with(vhost: &Vhost, tags: &str, configure: &str, read: &str, write: &str) -> (String, String) {
-    use rabbitmq_http_client::password_hashing;
-    use rabbitmq_http_client::requests::{Permissions, UserParams};
     let user = support::unique("hopper-test-user");
-    let api = http::client(&vhost.broker.endpoint());
-    let hash = password_hashing::base64_encoded_salted_password_hash_sha256(&password_hashing::salt(), "secret");
-    api.create_user(&UserParams { name: &user, password_hash: &hash, tags }).await.unwrap();
-    let permissions = Permissions { user: &user, vhost: &vhost.name, configure, read, write };
-    api.declare_permissions(&permissions).await.unwrap();
+    support::create_user(vhost.broker, &user, "secret", tags).await;
+    support::set_permissions(vhost.broker, &vhost.name, &user, configure, read, write).await;
     let amqp = vhost.broker.amqp().replace("guest:guest", &format!("{user}:secret"));
     (user, amqp)
 }
@@ -1284,8 +1287,8 @@ async fn a_missing_permission_is_an_error_not_a_conflict(broker: Broker) {
     support::publish(&connection, "orders", "orders", &["kept".to_string()]).await;
     let (user, amqp) = user_with(&vhost, "", "^$", ".*", ".*").await;
     // No management API for this user (no tag): apply reads over AMQP and declares to learn.
-    let out = hopper_with(Some(&amqp), Some(broker.management()), &["apply", s(&spec)]);
-    let _ = http::client(&broker.endpoint()).delete_user(&user, true).await;
+    let out = hopper_with(Some(&amqp), Some(broker.management()), &["apply", "--amqp-only", s(&spec)]);
+    support::delete_user(broker, &user).await;
     let (stdout, stderr) = (support::text(&out.stdout), support::text(&out.stderr));
     assert_eq!(out.status.code(), Some(2), "{stdout}{stderr}");
     assert!(stderr.contains("ACCESS_REFUSED") && stderr.contains("permission"), "{stderr}");
@@ -1301,7 +1304,6 @@ async fn a_read_only_user_diffs_a_left_over_queue(broker: Broker) {
     assert_eq!(vhost.json(&["apply", s(&spec)]).0, Some(0), "the 1s wait queue is now left over");
 
     let (user, amqp) = user_with(&vhost, "monitoring", "^$", ".*", "^$").await;
-    let api = http::client(&broker.endpoint());
     let management = broker.management().to_string();
     // The reader signs in to both endpoints with the credentials of the AMQP URL.
     let out = hopper_with(Some(&amqp), Some(&management), &["--format", "json", "diff", s(&spec)]);
@@ -1312,7 +1314,7 @@ async fn a_read_only_user_diffs_a_left_over_queue(broker: Broker) {
     let passive = lapin::options::QueueDeclareOptions { passive: true, ..Default::default() };
     let declared = channel.queue_declare("orders.wait-1s".into(), passive, FieldTable::default()).await;
     let _ = reader.close(200, "done".into()).await;
-    let _ = api.delete_user(&user, true).await;
+    support::delete_user(broker, &user).await;
     // The 4.3 release notes announce that a passive declaration needs the configure permission;
     // 4.3.6 does not ask it, any more than 3.10 and 4.0 do. If a release starts asking, this
     // fails, and hopper's diff above must still have worked (it keeps the API's counts).

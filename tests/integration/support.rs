@@ -8,7 +8,8 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use hopper::broker::{Endpoint, http};
+use hopper::broker::Endpoint;
+use hopper::broker::http::{self, Api, segment};
 use lapin::options::{
     BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions,
     QueueDeclareOptions,
@@ -130,6 +131,51 @@ macro_rules! on_broker {
 pub(crate) use {on_broker, on_every_broker};
 
 // ---------------------------------------------------------------------------------------------
+// The management API, as an operator would use it
+// ---------------------------------------------------------------------------------------------
+
+pub fn api(broker: Broker) -> Api {
+    Api::new(&broker.endpoint())
+}
+
+/// `GET /api/{what}/{vhost}` (`queues`, `exchanges`, `bindings`...), as JSON objects.
+pub async fn list(broker: Broker, what: &str, vhost: &str) -> Vec<Value> {
+    api(broker).get(&format!("/{what}/{}", segment(vhost))).await.unwrap_or_else(|e| panic!("list {what}: {e:?}"))
+}
+
+/// One queue as the management API shows it.
+pub async fn queue_info(broker: Broker, vhost: &str, queue: &str) -> Value {
+    api(broker).get(&format!("/queues/{}/{}", segment(vhost), segment(queue))).await.unwrap()
+}
+
+/// A policy (or operator policy) applying to queues, priority 10.
+pub async fn declare_policy(broker: Broker, vhost: &str, operator: bool, name: &str, pattern: &str, definition: Value) {
+    let kind = if operator { "operator-policies" } else { "policies" };
+    let body = serde_json::json!({"pattern": pattern, "apply-to": "queues", "priority": 10, "definition": definition});
+    api(broker).put(&format!("/{kind}/{}/{}", segment(vhost), segment(name)), &body).await.unwrap();
+}
+
+/// `POST /api/definitions`: the broker's own import.
+pub async fn import_definitions(broker: Broker, definitions: &Value) {
+    api(broker).post("/definitions", definitions).await.unwrap();
+}
+
+/// A user with this password and these tags (comma-separated, may be empty).
+pub async fn create_user(broker: Broker, user: &str, password: &str, tags: &str) {
+    let body = serde_json::json!({"password": password, "tags": tags});
+    api(broker).put(&format!("/users/{}", segment(user)), &body).await.unwrap();
+}
+
+pub async fn set_permissions(broker: Broker, vhost: &str, user: &str, configure: &str, read: &str, write: &str) {
+    let body = serde_json::json!({"configure": configure, "read": read, "write": write});
+    api(broker).put(&format!("/permissions/{}/{}", segment(vhost), segment(user)), &body).await.unwrap();
+}
+
+pub async fn delete_user(broker: Broker, user: &str) {
+    let _ = api(broker).delete(&format!("/users/{}", segment(user))).await;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Vhosts and the hopper binary
 // ---------------------------------------------------------------------------------------------
 
@@ -209,12 +255,53 @@ impl Drop for Vhost {
 pub fn hopper(broker: Option<Broker>, args: &[&str]) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_hopper"));
     command.args(args).env("NO_COLOR", "1");
+    for variable in CONNECTION_VARIABLES {
+        command.env_remove(variable);
+    }
     match broker {
         Some(b) => command.env("HOPPER_AMQP_URL", b.amqp()).env("HOPPER_MANAGEMENT_URL", b.management()),
         None => command.env_remove("HOPPER_AMQP_URL").env_remove("HOPPER_MANAGEMENT_URL"),
     };
     let out = command.output().expect("run hopper");
     eprintln!("$ hopper {}\n{}{}", args.join(" "), text(&out.stdout), text(&out.stderr));
+    out
+}
+
+/// Every variable hopper reads to connect: a test sets the ones it means, never inherits one.
+pub const CONNECTION_VARIABLES: [&str; 11] = [
+    "HOPPER_AMQP_URL",
+    "HOPPER_MANAGEMENT_URL",
+    "HOPPER_USERNAME",
+    "HOPPER_PASSWORD",
+    "HOPPER_PASSWORD_FILE",
+    "HOPPER_TLS_CA_CERT_FILE",
+    "HOPPER_TLS_CERT_FILE",
+    "HOPPER_TLS_KEY_FILE",
+    "HOPPER_CONTEXT",
+    "HOPPER_CONFIG",
+    "HOPPER_TIMEOUT",
+];
+
+/// Runs the hopper binary with exactly these connection variables (and no other), and no
+/// config file unless `HOPPER_CONFIG` is among them.
+pub fn hopper_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_hopper"));
+    command.args(args).env("NO_COLOR", "1");
+    for variable in CONNECTION_VARIABLES {
+        command.env_remove(variable);
+    }
+    command.env("HOPPER_CONFIG", "/nonexistent/hopper-tests/config.toml");
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let out = command.output().expect("run hopper");
+    // What the test did, for a failing test's output: a password never, even there.
+    let shown: Vec<String> = env
+        .iter()
+        .map(|(k, v)| if *k == "HOPPER_PASSWORD" { format!("{k}=***") } else { format!("{k}={v}") })
+        .collect();
+    let args: Vec<String> = args.iter().map(|a| hopper::broker::redact(a)).collect();
+    eprintln!("$ {} hopper {}\n{}{}", shown.join(" "), args.join(" "), text(&out.stdout), text(&out.stderr));
     out
 }
 

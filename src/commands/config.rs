@@ -1,0 +1,141 @@
+//! `hopper config show`: the broker settings a run would use, secrets redacted, and where each
+//! came from (flag, environment, context, the URL, default). Connects to nothing.
+
+use anyhow::Result;
+use serde_json::{Value, json};
+
+use super::BrokerArgs;
+use crate::Exit;
+use crate::broker::{Endpoint, redact};
+use crate::config::{Origin, Resolution, Resolved};
+use crate::output::{self, Format};
+
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Print the resolved broker settings (secrets redacted) and where each came from.
+    #[command(after_help = "\
+Examples:
+  hopper config show
+  hopper config show --context prod
+  HOPPER_CONTEXT=prod hopper config show --format json")]
+    Show(ShowArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ShowArgs {
+    #[command(flatten)]
+    pub broker: BrokerArgs,
+}
+
+pub fn run(command: Command, format: Format) -> Result<Exit> {
+    let Command::Show(args) = command;
+    let resolution = args.broker.resolve()?;
+    // Building the endpoint reads the TLS files and checks the URLs, as a real run would.
+    let endpoint = resolution.settings().and_then(Endpoint::from_settings);
+    let rows = rows(&resolution, endpoint.as_ref().ok());
+    match format {
+        Format::Json => {
+            let settings: serde_json::Map<String, Value> =
+                rows.iter().map(|r| (r.name.to_string(), r.json())).collect();
+            output::json(&json!({
+                "config_file": resolution.config_file,
+                "context": resolution.context.as_ref().map(|c| json!({"name": c.value, "origin": c.origin})),
+                "settings": settings,
+            }))?;
+        }
+        Format::Table => {
+            let mut lines =
+                vec![format!("config file       {}", output::safe(&resolution.config_file.display().to_string()))];
+            match &resolution.context {
+                Some(c) => lines.push(format!("context           {} ({})", output::safe(&c.value), c.origin)),
+                None => lines.push("context           (none: --context or HOPPER_CONTEXT picks one)".to_string()),
+            }
+            for r in &rows {
+                lines.push(format!("{:<17} {}  ({})", r.name, output::safe(&r.shown), r.from));
+            }
+            output::print(&lines.join("\n"))?;
+        }
+    }
+    Ok(match endpoint {
+        Ok(_) => Exit::Ok,
+        Err(e) => {
+            eprintln!("error: these settings cannot be used: {}", output::safe(&format!("{e:#}")));
+            Exit::Error
+        }
+    })
+}
+
+struct Row {
+    name: &'static str,
+    shown: String,
+    from: String,
+    origin: Option<Origin>,
+    file: Option<String>,
+}
+
+impl Row {
+    fn json(&self) -> Value {
+        let mut v = json!({ "value": self.shown });
+        if let Some(origin) = &self.origin
+            && let (Value::Object(map), Value::Object(o)) =
+                (&mut v, serde_json::to_value(origin).unwrap_or(Value::Null))
+        {
+            map.extend(o);
+        }
+        if let Some(file) = &self.file {
+            v["file"] = json!(file);
+        }
+        v
+    }
+}
+
+fn row<T>(name: &'static str, r: &Resolved<T>, shown: String) -> Row {
+    Row { name, shown, from: r.origin.to_string(), origin: Some(r.origin.clone()), file: None }
+}
+
+fn rows(r: &Resolution, endpoint: Option<&Endpoint>) -> Vec<Row> {
+    let path = |p: &Option<Resolved<std::path::PathBuf>>, name: &'static str| match p {
+        Some(p) => row(name, p, p.value.display().to_string()),
+        None => Row { name, shown: "(none)".into(), from: "not set".into(), origin: None, file: None },
+    };
+    let mut rows = vec![row("amqp_url", &r.amqp_url, redact(&r.amqp_url.value))];
+    rows.push(match (&r.management_url, endpoint) {
+        (Some(m), _) => row("management_url", m, redact(&m.value)),
+        (None, Some(e)) => Row {
+            name: "management_url",
+            shown: e.management_url.clone(),
+            from: "default: the first AMQP node's host".into(),
+            origin: Some(Origin::Default),
+            file: None,
+        },
+        (None, None) => Row {
+            name: "management_url",
+            shown: "(from the AMQP URL)".into(),
+            from: "default".into(),
+            origin: Some(Origin::Default),
+            file: None,
+        },
+    });
+    rows.push(row("username", &r.username, r.username.value.clone()));
+    let mut password = row("password", &r.password, "***".into());
+    if let Some(file) = &r.password.value.file {
+        password.from = format!("file {}, {}", file.display(), password.from);
+        password.file = Some(file.display().to_string());
+    }
+    rows.push(password);
+    rows.push(path(&r.tls_ca_cert_file, "tls_ca_cert_file"));
+    rows.push(path(&r.tls_cert_file, "tls_cert_file"));
+    rows.push(path(&r.tls_key_file, "tls_key_file"));
+    rows.push(match &r.vhost {
+        Some(v) => row("vhost", v, v.value.clone()),
+        None => Row {
+            name: "vhost",
+            shown: "/".into(),
+            from: "default; a spec names its own, --vhost overrides".into(),
+            origin: Some(Origin::Default),
+            file: None,
+        },
+    });
+    rows.push(row("timeout", &r.timeout, humantime::format_duration(r.timeout.value).to_string()));
+    rows
+}

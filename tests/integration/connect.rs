@@ -1,0 +1,220 @@
+//! Connection failures named by their real cause, each against the real 3.10 broker (a wrong
+//! password, a user without the management tag, a URL that is not the API's, an HTTP 400, a
+//! closed port) or a socket that never answers (the timeout); apply never falls back to AMQP
+//! unless asked; and a password never appears in anything hopper prints.
+
+use std::net::TcpListener;
+use std::process::Output;
+
+use crate::support::{self, Broker, Vhost, hopper_env, text};
+
+const BROKER: Broker = Broker::RabbitMq3_10;
+
+/// A password no output may ever contain.
+const SECRET: &str = "Hopper-Secret-7f3c9e1d";
+
+fn spec(vhost: &Vhost) -> String {
+    vhost.spec("orders.toml", "[topology.orders]\ndelays = [\"1s\"]\n").display().to_string()
+}
+
+/// Exit 2 and stderr exactly `expected`; nothing was created in the vhost.
+#[track_caller]
+fn refused(out: &Output, expected: &str) {
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.trim_end(), expected);
+}
+
+async fn untouched(vhost: &Vhost) {
+    assert_eq!(support::count(&vhost.connect().await, "orders.dlq").await, None, "nothing was created");
+}
+
+fn secret_file(vhost: &Vhost, secret: &str) -> String {
+    let path = vhost.dir.join("password");
+    std::fs::write(&path, format!("{secret}\n")).unwrap();
+    path.display().to_string()
+}
+
+/// A wrong password is a wrong password on both endpoints, not a missing tag.
+#[tokio::test]
+async fn a_wrong_password_is_named() {
+    let vhost = Vhost::new(BROKER, "connect-password").await;
+    let spec = spec(&vhost);
+    let file = secret_file(&vhost, SECRET);
+    let env = [("HOPPER_AMQP_URL", BROKER.amqp()), ("HOPPER_MANAGEMENT_URL", BROKER.management())];
+    let out = hopper_env(&["apply", "--username", "guest", "--password-file", &file, &spec], &env);
+    refused(
+        &out,
+        &format!(
+            "error: the management API at {} refused the credentials of user `guest` (401, Login failed): wrong username or password; nothing was changed",
+            BROKER.management()
+        ),
+    );
+    let out = hopper_env(&["apply", "--amqp-only", "--username", "guest", "--password-file", &file, &spec], &env);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("authentication failed for user `guest`: wrong username or password"), "{stderr}");
+    untouched(&vhost).await;
+}
+
+/// A user who signs in but has no management tag is told which tag it needs.
+#[tokio::test]
+async fn a_user_without_the_management_tag_is_told_the_tag() {
+    let vhost = Vhost::new(BROKER, "connect-tag").await;
+    let spec = spec(&vhost);
+    let user = support::unique("hopper-test-untagged");
+    support::create_user(BROKER, &user, SECRET, "").await;
+    support::set_permissions(BROKER, &vhost.name, &user, ".*", ".*", ".*").await;
+    let env = [
+        ("HOPPER_AMQP_URL", BROKER.amqp()),
+        ("HOPPER_MANAGEMENT_URL", BROKER.management()),
+        ("HOPPER_USERNAME", user.as_str()),
+        ("HOPPER_PASSWORD", SECRET),
+    ];
+    let out = hopper_env(&["apply", &spec], &env);
+    support::delete_user(BROKER, &user).await;
+    refused(
+        &out,
+        &format!(
+            "error: the management API at {} signed user `{user}` in but refused it (Not management user): it needs the `monitoring` or `management` tag (`rabbitmqctl set_user_tags`); nothing was changed",
+            BROKER.management()
+        ),
+    );
+    untouched(&vhost).await;
+}
+
+/// A management URL without `/api` reaches the web UI, which is not the API.
+#[tokio::test]
+async fn a_url_that_is_not_the_api_is_named() {
+    let vhost = Vhost::new(BROKER, "connect-not-api").await;
+    let spec = spec(&vhost);
+    let ui = BROKER.management().trim_end_matches("/api").to_string();
+    let out = hopper_env(&["apply", "--management-url", &ui, &spec], &[("HOPPER_AMQP_URL", BROKER.amqp())]);
+    refused(
+        &out,
+        &format!(
+            "error: the management API is not at {ui}: GET {ui}/overview answered 406 Not Acceptable; the management API's base URL ends in /api, such as http://localhost:15672/api; nothing was changed. hopper apply reads the broker through the management API; to read over AMQP alone (no left-over queues, bindings declared again), pass --amqp-only"
+        ),
+    );
+    untouched(&vhost).await;
+}
+
+/// The broker answers 400 to a malformed path: that is what it said, not "unreachable".
+#[tokio::test]
+async fn an_http_400_is_what_the_broker_answered() {
+    let vhost = Vhost::new(BROKER, "connect-400").await;
+    let spec = spec(&vhost);
+    let bad = format!("{}%", BROKER.management());
+    let out = hopper_env(&["apply", "--management-url", &bad, &spec], &[("HOPPER_AMQP_URL", BROKER.amqp())]);
+    refused(&out, &format!("error: the management API at {bad} answered HTTP 400; nothing was changed"));
+    untouched(&vhost).await;
+}
+
+/// Nothing listens at the management URL: apply stops (it used to read over AMQP and exit 0),
+/// naming the URL; `--amqp-only` is the way on, and only when asked.
+#[tokio::test]
+async fn a_closed_management_port_stops_apply() {
+    let vhost = Vhost::new(BROKER, "connect-closed").await;
+    let spec = spec(&vhost);
+    let env = [("HOPPER_AMQP_URL", BROKER.amqp()), ("HOPPER_MANAGEMENT_URL", "http://127.0.0.1:1/api")];
+    refused(
+        &hopper_env(&["apply", &spec], &env),
+        "error: cannot reach the management API at http://127.0.0.1:1/api: connection refused: nothing listens there (is this the API's port, and is the plugin on? `rabbitmq-plugins enable rabbitmq_management`); nothing was changed. hopper apply reads the broker through the management API; to read over AMQP alone (no left-over queues, bindings declared again), pass --amqp-only",
+    );
+    untouched(&vhost).await;
+    let out = hopper_env(&["apply", "--amqp-only", &spec], &env);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(support::count(&vhost.connect().await, "orders.dlq").await, Some(0));
+}
+
+/// A closed AMQP port is a refused connection.
+#[tokio::test]
+async fn a_closed_amqp_port_is_named() {
+    let vhost = Vhost::new(BROKER, "connect-closed-amqp").await;
+    let spec = spec(&vhost);
+    let out = hopper_env(&["apply", "--amqp-url", "amqp://127.0.0.1:1", &spec], &[]);
+    refused(
+        &out,
+        "error: cannot reach RabbitMQ over AMQP (amqp://127.0.0.1:1: connection refused: nothing listens there)",
+    );
+}
+
+/// A server that accepts and never answers: `--timeout` bounds the wait, for the AMQP greeting
+/// and for an HTTP request alike.
+#[tokio::test]
+async fn timeout_bounds_a_silent_server() {
+    let vhost = Vhost::new(BROKER, "connect-timeout").await;
+    let spec = spec(&vhost);
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // Accepts and holds every connection, saying nothing.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            held.push(stream);
+        }
+    });
+    let silent = format!("amqp://127.0.0.1:{port}");
+    let out = hopper_env(&["apply", "--timeout", "1s", "--amqp-url", &silent, &spec], &[]);
+    refused(
+        &out,
+        &format!("error: cannot reach RabbitMQ over AMQP (amqp://127.0.0.1:{port}: no answer within 1s (--timeout))"),
+    );
+    let api = format!("http://127.0.0.1:{port}/api");
+    let env = [("HOPPER_AMQP_URL", BROKER.amqp()), ("HOPPER_TIMEOUT", "1s")];
+    let out = hopper_env(&["diff", "--management-url", &api, &spec], &env);
+    refused(
+        &out,
+        &format!(
+            "error: hopper diff reads the broker through the management API and cannot: cannot reach the management API at {api}: no answer within the timeout (--timeout)"
+        ),
+    );
+    let out = hopper_env(&["diff", "--timeout", "soon", &spec], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("`soon` is not a duration"), "{}", text(&out.stderr));
+}
+
+/// A command line and its environment.
+type Run<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>);
+
+/// A distinctive password, given every way hopper takes one, through failures and successes:
+/// no byte of stdout or stderr ever holds it.
+#[tokio::test]
+async fn a_password_is_never_printed() {
+    let vhost = Vhost::new(BROKER, "connect-secret").await;
+    let spec = spec(&vhost);
+    let file = secret_file(&vhost, SECRET);
+    let amqp_with_secret = format!("amqp://guest:{SECRET}@127.0.0.1:5672");
+    let mgmt = BROKER.management();
+    let runs: Vec<Run> = vec![
+        (vec!["apply", &spec], vec![("HOPPER_PASSWORD", SECRET), ("HOPPER_MANAGEMENT_URL", mgmt)]),
+        (vec!["--format", "json", "apply", &spec], vec![("HOPPER_PASSWORD_FILE", &file)]),
+        (vec!["apply", "--amqp-only", "--password-file", &file, &spec], vec![]),
+        (vec!["diff", "--amqp-url", &amqp_with_secret, &spec], vec![]),
+        (vec!["inspect", "--vhost", &vhost.name, "--amqp-url", &amqp_with_secret], vec![]),
+        (vec!["apply", "--amqp-url", &amqp_with_secret, "--management-url", "127.0.0.1:15672/api", &spec], vec![]),
+        (vec!["apply", "--management-url", "guest:Hopper-Secret-7f3c9e1d@127.0.0.1:15672/api", &spec], vec![]),
+        (vec!["apply", "--management-url", "http://guest:Hopper-Secret-7f3c9e1d@127.0.0.1:15672/api", &spec], vec![]),
+        (vec!["apply", "--amqp-url", "amqp://guest:Hopper-Secret-7f3c9e1d@127.0.0.1:1", &spec], vec![]),
+        (vec!["apply", "--amqp-url", "amqps://guest:Hopper-Secret-7f3c9e1d@localhost:5671", &spec], vec![]),
+        (vec!["config", "show", "--amqp-url", &amqp_with_secret], vec![("HOPPER_PASSWORD", SECRET)]),
+        (vec!["--format", "json", "config", "show", "--password-file", &file], vec![]),
+        (vec!["config", "show"], vec![("HOPPER_PASSWORD", SECRET), ("HOPPER_PASSWORD_FILE", &file)]),
+        // The right password, every way: the runs succeed, and print it nowhere either.
+        (vec!["--format", "json", "apply", "--dry-run", &spec], vec![("HOPPER_PASSWORD", "guest")]),
+    ];
+    let mut codes = Vec::new();
+    for (args, env) in &runs {
+        let out = hopper_env(args, env);
+        let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+        assert!(!all.contains(SECRET), "hopper {} printed the password:\n{all}", args.join(" "));
+        codes.push(out.status.code());
+    }
+    // The failures above failed, the rest succeeded: the password went where it was meant to.
+    assert_eq!(
+        codes,
+        [2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 2, 0].map(Some),
+        "exit codes of {:?}",
+        runs.iter().map(|(a, _)| a.join(" ")).collect::<Vec<_>>()
+    );
+}
