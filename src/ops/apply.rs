@@ -2,21 +2,34 @@
 //! anything, then converge, sinks first.
 
 use anyhow::Result;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::broker::{Endpoint, amqp, http, identity};
 use crate::compile::CompiledTopology;
 use crate::model::Object;
+use crate::plan::fingerprint::{self, BrokerSeen, Fingerprint};
 use crate::plan::{self, Options, Override, Plan, Step};
 
 #[derive(Debug, Clone, Default)]
 pub struct Request {
     pub dry_run: bool,
     pub prune: bool,
+    /// `apply --plan`: what a saved plan was made against and would change, per vhost. Nothing
+    /// is changed unless the broker still gives the same fingerprint and the same changes.
+    pub expect: Option<Vec<Expected>>,
+}
+
+/// A saved plan's view of one vhost.
+#[derive(Debug, Clone)]
+pub struct Expected {
+    pub vhost: String,
+    pub fingerprint: Fingerprint,
+    /// The steps that change the broker, as JSON, in order.
+    pub changes: Vec<serde_json::Value>,
 }
 
 /// Where a vhost's state was read from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ReadFrom {
     ManagementApi,
@@ -27,15 +40,25 @@ pub enum ReadFrom {
 #[derive(Debug, Serialize)]
 pub struct Report {
     pub dry_run: bool,
-    /// Whether the plan was carried out: not on a dry run, and not when anything conflicted.
+    /// Whether the plan was carried out: not on a dry run, not when anything conflicted, and not
+    /// when a saved plan was stale.
     pub applied: bool,
+    /// The cluster written to, as it names itself.
+    pub cluster_name: String,
+    /// Why a saved plan (`apply --plan`) was refused: what changed since it was made.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stale: Vec<String>,
     pub vhosts: Vec<VhostReport>,
 }
 
 #[derive(Debug, Serialize)]
 pub struct VhostReport {
     pub vhost: String,
+    /// The release of the node written to, as it introduced itself.
+    pub broker_version: String,
     pub read_from: ReadFrom,
+    /// What this vhost's plan was made against (see `plan::fingerprint`).
+    pub fingerprint: Fingerprint,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
     pub steps: Vec<Step>,
@@ -55,6 +78,57 @@ impl Report {
     pub fn refused(&self) -> usize {
         self.vhosts.iter().map(|v| v.refused.iter().filter(|(i, _)| v.steps[*i].refusal_stops_the_run()).count()).sum()
     }
+
+    /// Steps that change the broker (planned, or carried out).
+    pub fn changes(&self) -> usize {
+        self.vhosts.iter().map(|v| v.steps.iter().filter(|s| s.changes()).count()).sum()
+    }
+}
+
+impl VhostReport {
+    /// The steps that change the broker, as a plan file keeps them.
+    pub fn changes(&self) -> Vec<serde_json::Value> {
+        changes(&self.steps)
+    }
+}
+
+fn changes(steps: &[Step]) -> Vec<serde_json::Value> {
+    steps.iter().filter(|s| s.changes()).map(|s| serde_json::to_value(s).expect("a step always serialises")).collect()
+}
+
+/// What differs between a saved plan and the plans just made; empty when it still holds.
+fn staleness(expected: &[Expected], plans: &[(&Plan, &Fingerprint)]) -> Vec<String> {
+    let mut stale = Vec::new();
+    let planned: Vec<&str> = plans.iter().map(|(p, _)| p.vhost.as_str()).collect();
+    let saved: Vec<&str> = expected.iter().map(|e| e.vhost.as_str()).collect();
+    if planned != saved {
+        stale.push(format!("the plan covers vhost(s) {saved:?}, its spec now {planned:?}"));
+        return stale;
+    }
+    for (e, (plan, now)) in expected.iter().zip(plans) {
+        let v = crate::output::safe(&e.vhost);
+        if now.broker != e.fingerprint.broker {
+            stale.push(format!(
+                "vhost `{v}`: another cluster or RabbitMQ release answers than the one the plan was made against"
+            ));
+        }
+        if now.spec != e.fingerprint.spec {
+            stale.push(format!(
+                "vhost `{v}`: the plan's spec compiles to other objects than when the plan was made (another hopper version?)"
+            ));
+        }
+        if now.live != e.fingerprint.live {
+            stale.push(format!(
+                "vhost `{v}`: the broker's objects changed since the plan was made (an exchange, queue, binding, argument or policy was declared, deleted or changed)"
+            ));
+        }
+        if now.combined == e.fingerprint.combined && changes(&plan.steps) != e.changes {
+            stale.push(format!(
+                "vhost `{v}`: the plan would now make other changes (a left-over queue's messages or consumers changed what --prune may delete)"
+            ));
+        }
+    }
+    stale
 }
 
 pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], request: &Request) -> Result<Report> {
@@ -71,12 +145,22 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], req
             }
             Err(_) => amqp_identity.1.cluster_name.clone(),
         };
+        crate::output::narrate(|| {
+            format!(
+                "broker: cluster `{cluster}` (RabbitMQ {}), AMQP {}, management API {}, as user `{}`",
+                amqp_identity.1.version,
+                amqp_identity.0,
+                crate::broker::redact(&endpoint.management_url),
+                endpoint.username()
+            )
+        });
         // Plan every vhost before changing any: a conflict anywhere stops the whole run.
         let mut work = Vec::new();
         for (vhost, topologies) in by_vhost {
             let mut session = amqp::Session::connect(endpoint, vhost, &cluster).await?;
             // What is written is judged by the release of the node it is written to.
             super::check_release(&session.identity().version, topologies)?;
+            crate::output::narrate(|| format!("vhost `{vhost}`: reading it through the management API"));
             let (mut live, read_from, note) = match http::read(endpoint, vhost).await {
                 Ok(mut live) => {
                     super::exact_counts(&mut session, &mut live, topologies).await?;
@@ -84,6 +168,9 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], req
                 }
                 Err(e) => {
                     let retyped = |q: &crate::model::Queue, t: &str| plan::retyped(topologies, q, t);
+                    crate::output::narrate(|| {
+                        format!("vhost `{vhost}`: the management API cannot be used; probing over AMQP")
+                    });
                     let live = session.probe(&plan::desired(topologies), retyped).await?;
                     let note = format!(
                         "{e:#}; read over AMQP instead: bindings are declared again (idempotent), and queues left over by earlier specs cannot be listed"
@@ -112,19 +199,50 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], req
                 }
                 plan = plan::plan(vhost, topologies, &live, &options);
             }
-            work.push((session, plan, read_from, note));
+            let version = session.identity().version.clone();
+            let seen = BrokerSeen { cluster_name: &cluster, version: &version };
+            let fingerprint = fingerprint::fingerprint(&seen, vhost, &live, topologies, request.prune);
+            crate::output::narrate(|| {
+                format!(
+                    "vhost `{vhost}`: {} exchange(s), {} queue(s), {} binding(s) read; {} change(s) planned; fingerprint {}",
+                    live.exchanges.len(),
+                    live.queues.len(),
+                    live.bindings.as_ref().map_or("unknown".to_string(), |b| b.len().to_string()),
+                    plan.steps.iter().filter(|s| s.changes()).count(),
+                    fingerprint.combined
+                )
+            });
+            work.push((session, plan, read_from, note, version, fingerprint));
         }
 
-        let conflicts = work.iter().map(|(_, p, _, _)| p.conflicts().count()).sum::<usize>();
-        let apply = conflicts == 0 && !request.dry_run;
+        let stale = match &request.expect {
+            Some(expected) => {
+                let plans: Vec<_> = work.iter().map(|(_, p, _, _, _, f)| (p, f)).collect();
+                staleness(expected, &plans)
+            }
+            None => Vec::new(),
+        };
+        let conflicts = work.iter().map(|(_, p, _, _, _, _)| p.conflicts().count()).sum::<usize>();
+        let apply = conflicts == 0 && !request.dry_run && stale.is_empty();
         let mut vhosts = Vec::new();
-        for (mut session, plan, read_from, note) in work {
-            let refused = if apply { execute(&mut session, &plan).await? } else { Vec::new() };
+        for (mut session, plan, read_from, note, broker_version, fingerprint) in work {
+            let refused = if apply {
+                crate::output::narrate(|| {
+                    format!(
+                        "vhost `{}`: carrying out {} change(s)",
+                        plan.vhost,
+                        plan.steps.iter().filter(|s| s.changes()).count()
+                    )
+                });
+                execute(&mut session, &plan).await?
+            } else {
+                Vec::new()
+            };
             session.close().await;
             let Plan { vhost, steps, overrides, .. } = plan;
-            vhosts.push(VhostReport { vhost, read_from, note, steps, overrides, refused });
+            vhosts.push(VhostReport { vhost, broker_version, read_from, fingerprint, note, steps, overrides, refused });
         }
-        Ok(Report { dry_run: request.dry_run, applied: apply, vhosts })
+        Ok(Report { dry_run: request.dry_run, applied: apply, cluster_name: cluster, stale, vhosts })
     })
 }
 

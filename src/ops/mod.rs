@@ -4,6 +4,7 @@
 pub mod apply;
 pub mod diff;
 pub mod inspect;
+pub mod plan_file;
 
 use std::collections::BTreeMap;
 
