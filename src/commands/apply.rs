@@ -186,8 +186,8 @@ fn print_report(report: &Report, show_unchanged: bool) -> Result<()> {
                 continue;
             }
             lines.push(describe(step));
-            if let Some((_, reason)) = v.refused.iter().find(|(j, _)| *j == i) {
-                lines.push(format!("      refused by the broker: {reason}"));
+            if let Some(r) = v.refused.iter().find(|r| r.step == i) {
+                lines.push(format!("      refused by the broker: {}", r.reason));
             }
         }
         for o in &v.overrides {

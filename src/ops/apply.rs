@@ -64,8 +64,15 @@ pub struct VhostReport {
     pub steps: Vec<Step>,
     /// Policies that make a queue behave otherwise than the spec says; apply cannot change them.
     pub overrides: Vec<Override>,
-    /// Steps the broker refused while applying, by index into `steps`, with its reason.
-    pub refused: Vec<(usize, String)>,
+    /// Steps the broker refused while applying.
+    pub refused: Vec<Refusal>,
+}
+
+/// A step the broker refused, by its index in `steps`, and the broker's reason.
+#[derive(Debug, Serialize)]
+pub struct Refusal {
+    pub step: usize,
+    pub reason: String,
 }
 
 impl Report {
@@ -76,7 +83,7 @@ impl Report {
     /// Refusals that stopped the run. A prune deletion the broker refused (the queue is no
     /// longer empty) is not one: the queue was kept, which is what the refusal is for.
     pub fn refused(&self) -> usize {
-        self.vhosts.iter().map(|v| v.refused.iter().filter(|(i, _)| v.steps[*i].refusal_stops_the_run()).count()).sum()
+        self.vhosts.iter().map(|v| v.refused.iter().filter(|r| v.steps[r.step].refusal_stops_the_run()).count()).sum()
     }
 
     /// Steps that change the broker (planned, or carried out).
@@ -246,13 +253,13 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], req
     })
 }
 
-async fn execute(session: &mut amqp::Session, plan: &Plan) -> Result<Vec<(usize, String)>> {
+async fn execute(session: &mut amqp::Session, plan: &Plan) -> Result<Vec<Refusal>> {
     Ok(session
         .execute(plan)
         .await?
         .into_iter()
         .filter_map(|(i, outcome)| match outcome {
-            amqp::Outcome::Refused(reason) => Some((i, reason)),
+            amqp::Outcome::Refused(reason) => Some(Refusal { step: i, reason }),
             amqp::Outcome::Done => None,
         })
         .collect())
