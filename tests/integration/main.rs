@@ -2,18 +2,25 @@
 //! 4.0 (see support.rs), each in a vhost of its own that is removed afterwards.
 
 mod apply;
+mod cli;
 mod diff;
 mod export;
 mod flow;
+mod gates;
 mod hazards;
 mod inspect;
 mod props;
 mod prune;
 mod readme;
 mod safety;
+mod schema;
 mod spec_errors;
 mod support;
 
 #[allow(dead_code)]
 #[path = "../../examples/retry_consumer.rs"]
 mod retry_consumer;
+
+/// What build.rs runs to find the commit, run here outside any checkout.
+#[path = "../../build/commit.rs"]
+mod build_commit;
