@@ -67,6 +67,12 @@ async fn ci_gate_exit_codes(broker: Broker) {
     assert_eq!(code(&vhost.hopper(&["apply", "--dry-run", "--detailed-exitcode", conflicting])), Some(3));
     assert_eq!(code(&vhost.hopper(&["diff", "--detailed-exitcode", conflicting])), Some(2), "diff: drift");
     assert_eq!(code(&vhost.hopper(&["apply", conflicting])), Some(3));
+    // A plan that could not be applied is not written.
+    let plan = vhost.dir.join("plan.json");
+    let out = vhost.hopper(&["apply", "--dry-run", "--out", plan.to_str().unwrap(), conflicting]);
+    assert_eq!(code(&out), Some(3));
+    assert!(text(&out.stderr).contains("no plan written"), "{}", text(&out.stderr));
+    assert!(!plan.exists());
     assert_eq!(state(&vhost).await, applied);
 
     // inspect's document carries its version too.
