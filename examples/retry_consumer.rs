@@ -20,7 +20,15 @@ use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
 use serde::Deserialize;
 
-/// The parts of `hopper contract --format json` a consumer needs.
+/// `hopper contract --format json`: one contract per topology.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Contracts {
+    /// The version of the JSON; this consumer reads version 1.
+    pub schema_version: u32,
+    pub contracts: Vec<Contract>,
+}
+
+/// The parts of a topology's contract a consumer needs.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Contract {
     pub topology: String,
@@ -213,8 +221,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let [_, path, topology] = args.as_slice() else {
         return Err("usage: retry_consumer CONTRACT.json TOPOLOGY".into());
     };
-    let contracts: Vec<Contract> = serde_json::from_str(&std::fs::read_to_string(path)?)?;
-    let contract = contracts.into_iter().find(|c| &c.topology == topology).ok_or("no such topology in the contract")?;
+    let document: Contracts = serde_json::from_str(&std::fs::read_to_string(path)?)?;
+    if document.schema_version != 1 {
+        return Err(format!(
+            "{path} is a contract of schema version {}; this consumer reads 1",
+            document.schema_version
+        )
+        .into());
+    }
+    let contract =
+        document.contracts.into_iter().find(|c| &c.topology == topology).ok_or("no such topology in the contract")?;
     let url = std::env::var("AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@localhost:5672/%2f".into());
     let connection = Connection::connect(&url, ConnectionProperties::default()).await?;
     // Replace with your own processing: here, a body of "fail" fails every time.

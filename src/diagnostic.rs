@@ -51,6 +51,11 @@ impl Sources {
     pub fn path(&self, file: FileId) -> &std::path::Path {
         &self.paths[file]
     }
+
+    /// Every file as read: its path and its text.
+    pub fn iter(&self) -> impl Iterator<Item = (&std::path::Path, &str)> {
+        self.paths.iter().map(PathBuf::as_path).zip(self.texts.iter().map(String::as_str))
+    }
 }
 
 /// One problem in a spec, pointing at the bytes that cause it.

@@ -22,37 +22,71 @@ pub mod version;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+/// `hopper --version`: the crate's version and the commit it was built from (see build.rs).
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("HOPPER_COMMIT"), ")");
 
-/// Exit codes, documented in the README.
+/// What a run ended in; `ExitCodes` turns it into a number. Documented in the README.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
     /// Done; for `apply`, the broker matches the spec.
     Ok = 0,
-    /// Differences found (`diff`, `lint`); reserved for them.
+    /// Differences found (`diff`, `lint`, `inspect`); with `--detailed-exitcode`, also changes
+    /// pending (`apply --dry-run`).
     Drift = 1,
-    /// Invalid spec or arguments, broker unreachable, authentication failed.
+    /// Invalid spec, arguments or plan file, broker unreachable, authentication failed.
     Error = 2,
     /// `apply` refused: the broker holds an object the spec cannot reach without losing messages.
     Conflict = 3,
+    /// `apply --plan` refused: the broker (or the plan's spec) is no longer what the plan was made
+    /// against. Nothing was changed.
+    Stale = 4,
+}
+
+/// How an `Exit` becomes a process exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitCodes {
+    /// hopper's own: 1 for drift, 2 for an error.
+    Documented,
+    /// `--detailed-exitcode`, as terraform's: 2 for changes pending, 1 for an error, so that a
+    /// CI gate can tell "something to do" from "something broke". Conflict and stale keep their
+    /// own codes (3, 4): both mean apply would refuse.
+    Detailed,
+}
+
+impl Exit {
+    pub fn code(self, codes: ExitCodes) -> u8 {
+        match (codes, self) {
+            (ExitCodes::Detailed, Exit::Drift) => 2,
+            (ExitCodes::Detailed, Exit::Error) => 1,
+            (_, exit) => exit as u8,
+        }
+    }
 }
 
 impl From<Exit> for ExitCode {
     fn from(e: Exit) -> ExitCode {
-        ExitCode::from(e as u8)
+        ExitCode::from(e.code(ExitCodes::Documented))
     }
 }
 
 /// The whole program, for `main`.
 pub fn run() -> ExitCode {
-    let cli = commands::Cli::parse();
-    match commands::run(cli) {
-        Ok(exit) => exit.into(),
-        Err(e) if output::is_broken_pipe(&e) => Exit::Ok.into(),
+    let (cli, codes) = match commands::Cli::parse_args() {
+        Ok(parsed) => parsed,
+        Err((e, codes)) => {
+            // Help and --version are not errors; a usage error is one, in the codes asked for
+            // (clap's own 2 would read as "changes pending" to a --detailed-exitcode gate).
+            let _ = e.print();
+            return if e.use_stderr() { Exit::Error.code(codes).into() } else { Exit::Ok.into() };
+        }
+    };
+    let exit = match commands::run(cli) {
+        Ok(exit) => exit,
+        Err(e) if output::is_broken_pipe(&e) => Exit::Ok,
         // Rendered like a spec's diagnostics, with its own last line.
         Err(e) if e.downcast_ref::<config::ConfigError>().is_some() => {
             eprintln!("{e}");
-            Exit::Error.into()
+            Exit::Error
         }
         Err(e) => {
             // Errors quote names from specs, brokers and the command line: never raw control
@@ -60,7 +94,8 @@ pub fn run() -> ExitCode {
             let text = format!("{e:#}");
             let lines: Vec<_> = text.lines().map(output::safe).collect();
             eprintln!("error: {}", lines.join("\n"));
-            Exit::Error.into()
+            Exit::Error
         }
-    }
+    };
+    exit.code(codes).into()
 }

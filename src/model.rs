@@ -145,8 +145,7 @@ pub fn is_unsafe_char(c: char) -> bool {
 
 /// An x-argument value. RabbitMQ compares every integer width as equal, so one integer type is
 /// enough; strings are strings whatever AMQP type carried them.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(untagged)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ArgValue {
     Bool(bool),
     Int(i64),
@@ -154,6 +153,22 @@ pub enum ArgValue {
     /// Anything else (a float, an array, a table), as the JSON RabbitMQ showed. hopper sets no
     /// such argument; it is kept so that it is compared and shown, never dropped.
     Other(String),
+}
+
+/// As a JSON value: a number as a number, a boolean as a boolean, and `Other` as the JSON it
+/// was read as (a float stays a float), never as a quoted string.
+impl Serialize for ArgValue {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            ArgValue::Bool(b) => s.serialize_bool(*b),
+            ArgValue::Int(n) => s.serialize_i64(*n),
+            ArgValue::Str(text) => s.serialize_str(text),
+            ArgValue::Other(json) => match serde_json::from_str::<serde_json::Value>(json) {
+                Ok(value) => value.serialize(s),
+                Err(_) => s.serialize_str(json),
+            },
+        }
+    }
 }
 
 impl ArgValue {
@@ -594,5 +609,17 @@ mod tests {
         let mut with = plain.clone();
         with.arguments.insert("x-match", ArgValue::str("all"));
         assert_ne!(plain, with);
+    }
+
+    /// JSON output shows values as JSON values: what the broker gave as a float or an array is
+    /// not turned into a string.
+    #[test]
+    fn argument_values_are_json_values() {
+        let json = |v: ArgValue| serde_json::to_value(v).unwrap();
+        assert_eq!(json(ArgValue::Int(5)), serde_json::json!(5));
+        assert_eq!(json(ArgValue::Bool(true)), serde_json::json!(true));
+        assert_eq!(json(ArgValue::str("5")), serde_json::json!("5"));
+        assert_eq!(json(ArgValue::Other("1.5".into())), serde_json::json!(1.5));
+        assert_eq!(json(ArgValue::Other("[\"a\",1]".into())), serde_json::json!(["a", 1]));
     }
 }

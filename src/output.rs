@@ -1,6 +1,10 @@
 //! Tables, JSON and plain lines on stdout. A closed pipe (`hopper ... | head`) is not an error.
+//! Text for people goes through `print`, which `-q` silences; what programs read (JSON, DOT,
+//! definitions, completions) through `json`, `document` and `data`, which it never does.
+//! `-v` narrates on stderr what hopper is doing.
 
 use std::io::{IsTerminal, Write};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use comfy_table::{ContentArrangement, Table, presets};
 use serde::Serialize;
@@ -11,18 +15,99 @@ pub enum Format {
     Json,
 }
 
+impl Format {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Format::Table => "table",
+            Format::Json => "json",
+        }
+    }
+}
+
+/// The version of every JSON document hopper prints (and of its plan files). It changes when a
+/// field is removed, renamed or changes type; a new field does not change it.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// How much hopper says besides its result (`-q`, `-v`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Verbosity {
+    /// Errors and machine output only.
+    Quiet = 0,
+    Normal = 1,
+    /// Also what hopper is doing, on stderr.
+    Verbose = 2,
+}
+
+static VERBOSITY: AtomicU8 = AtomicU8::new(Verbosity::Normal as u8);
+
+/// Set once, from the command line, before anything is printed.
+pub fn set_verbosity(v: Verbosity) {
+    VERBOSITY.store(v as u8, Ordering::Relaxed);
+}
+
+pub fn verbosity() -> Verbosity {
+    match VERBOSITY.load(Ordering::Relaxed) {
+        0 => Verbosity::Quiet,
+        1 => Verbosity::Normal,
+        _ => Verbosity::Verbose,
+    }
+}
+
+/// With `-v`, one line on stderr about what hopper is doing; made only when it is shown.
+pub fn narrate(line: impl FnOnce() -> String) {
+    if verbosity() == Verbosity::Verbose {
+        eprintln!("hopper: {}", line().lines().map(safe).collect::<Vec<_>>().join("\n        "));
+    }
+}
+
 /// Colour only on a terminal, and never with NO_COLOR.
 pub fn colour() -> bool {
     std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none()
 }
 
+/// Text for people; nothing with `-q`.
 pub fn print(text: &str) -> std::io::Result<()> {
+    if verbosity() == Verbosity::Quiet {
+        return Ok(());
+    }
+    data(text)
+}
+
+/// Output a program reads (DOT, a man page, a completion script): printed even with `-q`.
+pub fn data(text: &str) -> std::io::Result<()> {
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())?;
     if !text.ends_with('\n') {
         out.write_all(b"\n")?;
     }
     out.flush()
+}
+
+/// A JSON document of hopper's own: `schema_version` first, then the fields of `body` (a
+/// struct or a map).
+pub fn document<T: Serialize>(body: &T) -> anyhow::Result<()> {
+    #[derive(Serialize)]
+    struct Document<'a, T: Serialize> {
+        schema_version: u32,
+        #[serde(flatten)]
+        body: &'a T,
+    }
+    json(&Document { schema_version: SCHEMA_VERSION, body })
+}
+
+/// A JSON document of hopper's own holding one list: `{"schema_version": 1, FIELD: [...]}`,
+/// written as it is made (the list is never copied).
+pub fn listing<T: Serialize + ?Sized>(field: &'static str, items: &T) -> anyhow::Result<()> {
+    struct Listing<'a, T: ?Sized>(&'static str, &'a T);
+    impl<T: Serialize + ?Sized> Serialize for Listing<'_, T> {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            use serde::ser::SerializeMap;
+            let mut map = s.serialize_map(Some(1))?;
+            map.serialize_entry(self.0, self.1)?;
+            map.end()
+        }
+    }
+    document(&Listing(field, items))
 }
 
 /// Pretty JSON, written as it is made: a large report is never held in memory as text.

@@ -1,6 +1,7 @@
 //! `hopper apply`: plan against the live broker, then converge it, sinks first.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use anyhow::Result;
 
@@ -9,8 +10,9 @@ use crate::Exit;
 use crate::compile::compile;
 use crate::model::Object;
 use crate::ops::apply::{Report, Request};
+use crate::ops::plan_file::PlanFile;
 use crate::ops::{self, apply::ReadFrom};
-use crate::output::{self, Format};
+use crate::output::{self, Format, Verbosity};
 use crate::plan::{Action, Step, WayOut};
 use crate::policy::Source;
 
@@ -25,10 +27,20 @@ Examples:
   hopper apply --amqp-only topologies/          without the management API (bindings declared again)
   HOPPER_PASSWORD_FILE=/run/secrets/rabbitmq hopper apply --username app \\
       --amqp-url amqps://rabbit-1:5671,amqps://rabbit-2:5671 --tls-ca-cert-file ca.pem topologies/
-  hopper apply --context prod topologies/       a broker named in ~/.config/hopper/config.toml")]
+  hopper apply --context prod topologies/       a broker named in ~/.config/hopper/config.toml
+
+In CI, terraform-style:
+  hopper apply --dry-run --detailed-exitcode --out plan.json topologies/
+      exit 0: nothing to change; 2: changes pending; 3: a conflict apply would refuse; 1: error
+  hopper apply --plan plan.json                 exactly those changes, or nothing (exit 4) if the
+                                                broker changed since")]
 pub struct Args {
-    #[command(flatten)]
-    pub spec: SpecArgs,
+    /// Spec files, or directories of *.toml files; `-` reads standard input.
+    #[arg(value_name = "SPEC", required_unless_present = "plan")]
+    pub specs: Vec<PathBuf>,
+    /// Use this vhost for every topology, whatever the files say.
+    #[arg(long, value_parser = super::vhost_name)]
+    pub vhost: Option<String>,
     #[command(flatten)]
     pub broker: BrokerArgs,
     /// Print the plan and change nothing.
@@ -52,26 +64,136 @@ pub struct Args {
     /// Also list objects that are already in sync.
     #[arg(long)]
     pub show_unchanged: bool,
+    /// With --dry-run, exit 0 when there is nothing to change, 2 when changes are pending,
+    /// 3 on a conflict apply would refuse, 1 on any error (terraform's codes).
+    #[arg(long, requires = "dry_run")]
+    pub detailed_exitcode: bool,
+    /// With --dry-run, also write the plan to FILE, with the fingerprint of the broker's state it
+    /// was made against, for `apply --plan FILE`. Not written when the plan has a conflict.
+    #[arg(long, value_name = "FILE", requires = "dry_run")]
+    pub out: Option<PathBuf>,
+    /// Apply the plan in FILE (from `apply --dry-run --out FILE`), exactly: nothing is changed
+    /// (exit 4) if the broker's vhost changed since it was made.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["specs", "vhost", "dry_run", "prune", "migrate"])]
+    pub plan: Option<PathBuf>,
 }
 
 pub fn run(args: Args, format: Format) -> Result<Exit> {
-    let spec = match args.spec.load()? {
+    if let Some(path) = &args.plan {
+        return run_saved(&args, path, format);
+    }
+    let spec_args = SpecArgs { specs: args.specs.clone(), vhost: args.vhost.clone() };
+    let (spec, files) = match spec_args.load_sources()? {
+        Ok(loaded) => loaded,
+        Err(exit) => return Ok(exit),
+    };
+    let endpoint = args.broker.endpoint()?;
+    let compiled = compile(&spec);
+    let by_vhost: Vec<_> = ops::by_vhost(&compiled).into_iter().collect();
+    let request = Request {
+        dry_run: args.dry_run,
+        prune: args.prune,
+        migrate: args.migrate,
+        amqp_only: args.amqp_only,
+        expect: None,
+    };
+    let report = ops::apply::run(&endpoint, &by_vhost, &request)?;
+    render(&report, &args, format)?;
+    if let Some(out) = &args.out {
+        if report.conflicts() > 0 {
+            eprintln!("error: no plan written to {}: a plan with a conflict cannot be applied", out.display());
+        } else {
+            PlanFile::new(&report, files, args.prune, args.migrate, args.vhost.clone()).write(out)?;
+            output::narrate(|| format!("plan written to {}", out.display()));
+        }
+    }
+    Ok(exit(&report, &args))
+}
+
+/// `apply --plan FILE`: the saved spec planned again, and carried out only if the broker still
+/// gives the fingerprint and the changes the file holds.
+fn run_saved(args: &Args, path: &std::path::Path, format: Format) -> Result<Exit> {
+    let saved = match PlanFile::read(path) {
+        Ok(saved) => saved,
+        Err(message) => {
+            eprintln!("error: {}; nothing was changed", output::safe(&message));
+            return Ok(Exit::Error);
+        }
+    };
+    output::narrate(|| format!("plan {}: made by hopper {}", path.display(), saved.hopper_version));
+    let mut sources = crate::spec::Sources::default();
+    for file in &saved.spec {
+        sources.add(file.path.clone(), file.text.clone());
+    }
+    let spec = match super::validated(sources, saved.vhost_override.as_deref()) {
         Ok(spec) => spec,
         Err(exit) => return Ok(exit),
     };
     let endpoint = args.broker.endpoint()?;
     let compiled = compile(&spec);
     let by_vhost: Vec<_> = ops::by_vhost(&compiled).into_iter().collect();
-    let report = ops::apply::run(
-        &endpoint,
-        &by_vhost,
-        &Request { dry_run: args.dry_run, prune: args.prune, migrate: args.migrate, amqp_only: args.amqp_only },
-    )?;
-    match format {
-        Format::Json => output::json(&report)?,
-        Format::Table => print_report(&report, args.show_unchanged)?,
+    let request = Request {
+        dry_run: false,
+        prune: saved.prune,
+        migrate: saved.migrate,
+        amqp_only: args.amqp_only,
+        expect: Some(saved.expected()),
+    };
+    let report = ops::apply::run(&endpoint, &by_vhost, &request)?;
+    if !report.stale.is_empty() {
+        if format == Format::Json {
+            output::document(&report)?;
+        }
+        let mut lines = vec![format!(
+            "error: the plan in {} no longer holds; nothing was changed:",
+            output::safe(&path.display().to_string())
+        )];
+        lines.extend(report.stale.iter().map(|s| format!("  - {s}")));
+        if report.cluster_name != saved.cluster_name {
+            lines.push(format!(
+                "  (the plan was made against cluster `{}`; this broker is cluster `{}`)",
+                output::safe(&saved.cluster_name),
+                output::safe(&report.cluster_name)
+            ));
+        }
+        lines.push("  make the plan again: hopper apply --dry-run --out FILE SPEC...".into());
+        eprintln!("{}", lines.join("\n"));
+        return Ok(Exit::Stale);
     }
-    Ok(if report.conflicts() > 0 || report.refused() > 0 { Exit::Conflict } else { Exit::Ok })
+    render(&report, args, format)?;
+    Ok(exit(&report, args))
+}
+
+fn render(report: &Report, args: &Args, format: Format) -> Result<()> {
+    match format {
+        Format::Json => output::document(report)?,
+        Format::Table => print_report(report, args.show_unchanged)?,
+    }
+    // With -q the report is not printed, but a refusal is an error and says so.
+    if output::verbosity() == Verbosity::Quiet && format == Format::Table {
+        if report.conflicts() > 0 {
+            eprintln!(
+                "error: apply refused: {} conflict(s) with the broker; nothing was changed (run without -q for each conflict and its ways out)",
+                report.conflicts()
+            );
+        } else if report.refused() > 0 {
+            eprintln!(
+                "error: the broker refused {} step(s); steps before them were applied (run without -q for which)",
+                report.refused()
+            );
+        }
+    }
+    Ok(())
+}
+
+fn exit(report: &Report, args: &Args) -> Exit {
+    if report.conflicts() > 0 || report.refused() > 0 {
+        Exit::Conflict
+    } else if args.dry_run && args.detailed_exitcode && report.changes() > 0 {
+        Exit::Drift
+    } else {
+        Exit::Ok
+    }
 }
 
 fn print_report(report: &Report, show_unchanged: bool) -> Result<()> {
@@ -91,8 +213,8 @@ fn print_report(report: &Report, show_unchanged: bool) -> Result<()> {
                 continue;
             }
             lines.push(describe(step));
-            if let Some((_, reason)) = v.refused.iter().find(|(j, _)| *j == i) {
-                lines.push(format!("      refused by the broker: {reason}"));
+            if let Some(r) = v.refused.iter().find(|r| r.step == i) {
+                lines.push(format!("      refused by the broker: {}", r.reason));
             }
         }
         for m in &v.migrated {

@@ -23,7 +23,7 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
     };
     let compiled = compile(&spec);
     if format == Format::Json {
-        output::json(&compiled)?;
+        output::listing("topologies", &compiled)?;
         return Ok(Exit::Ok);
     }
     for c in &compiled {

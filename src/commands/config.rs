@@ -37,7 +37,7 @@ pub fn run(command: Command, format: Format) -> Result<Exit> {
         Format::Json => {
             let settings: serde_json::Map<String, Value> =
                 rows.iter().map(|r| (r.name.to_string(), r.json())).collect();
-            output::json(&json!({
+            output::document(&json!({
                 "config_file": resolution.config_file,
                 "context": resolution.context.as_ref().map(|c| json!({"name": c.value, "origin": c.origin})),
                 "settings": settings,

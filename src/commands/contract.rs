@@ -22,7 +22,7 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
     };
     let contracts: Vec<_> = spec.topologies.iter().map(contract).collect();
     if format == Format::Json {
-        output::json(&contracts)?;
+        output::listing("contracts", &contracts)?;
         return Ok(Exit::Ok);
     }
     for c in &contracts {

@@ -16,12 +16,17 @@ use crate::policy::Source;
 #[command(after_help = "\
 Examples:
   hopper diff topologies/                      exit 0 in sync, 1 drift, 2 error
+  hopper diff --detailed-exitcode topologies/  exit 0 in sync, 2 drift, 1 error (terraform's codes)
   hopper diff topologies/ --format json | jq '.vhosts[].objects[] | select(.status != \"in_sync\")'")]
 pub struct Args {
     #[command(flatten)]
     pub spec: SpecArgs,
     #[command(flatten)]
     pub broker: BrokerArgs,
+    /// Exit 0 in sync, 2 when the broker differs from the spec, 1 on any error (terraform's
+    /// codes) instead of 0, 1 and 2.
+    #[arg(long)]
+    pub detailed_exitcode: bool,
 }
 
 pub fn run(args: Args, format: Format) -> Result<Exit> {
@@ -34,7 +39,7 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
     let by_vhost: Vec<_> = ops::by_vhost(&compiled).into_iter().collect();
     let report = ops::diff::run(&endpoint, &by_vhost)?;
     match format {
-        Format::Json => output::json(&report)?,
+        Format::Json => output::document(&report)?,
         Format::Table => print(&report)?,
     }
     Ok(if report.in_sync { Exit::Ok } else { Exit::Drift })

@@ -88,7 +88,7 @@ pub fn run(args: Args) -> Result<Exit> {
         Style::Dot => dot(&networks),
         Style::Mermaid => mermaid(&networks),
     };
-    output::print(&text)?;
+    output::data(&text)?;
     Ok(Exit::Ok)
 }
 

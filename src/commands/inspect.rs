@@ -68,7 +68,7 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
     };
     let reports = ops::inspect::run(&endpoint, &request)?;
     match format {
-        Format::Json => output::json(&reports)?,
+        Format::Json => output::listing("vhosts", &reports)?,
         Format::Table => output::print(&reports.iter().map(render).collect::<Vec<_>>().join("\n"))?,
     }
     if args.dead_letters {

@@ -34,7 +34,10 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
         .flat_map(|t| hazard::check(&Network::from_compiled(t, args.broker_version)))
         .collect();
     match format {
-        Format::Json => output::json(&findings)?,
+        Format::Json => output::document(&serde_json::json!({
+            "broker_version": args.broker_version.to_string(),
+            "findings": findings,
+        }))?,
         Format::Table => {
             let mut lines: Vec<String> = findings.iter().map(describe).collect();
             lines.push(match findings.len() {

@@ -3,22 +3,26 @@
 pub mod apply;
 pub mod compile;
 pub mod config;
+pub mod completions;
 pub mod contract;
 pub mod diff;
 pub mod export;
 pub mod graph;
 pub mod inspect;
 pub mod lint;
+pub mod man;
+pub mod schema;
 
 use std::path::PathBuf;
 
-use anyhow::Result;
-use clap::{Parser, Subcommand};
+use anyhow::{Result, bail};
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use crate::Exit;
 use crate::broker::Endpoint;
-use crate::output::Format;
+use crate::output::{self, Format, Verbosity};
 use crate::spec::{self, LoadError, Spec};
+use crate::{Exit, ExitCodes};
 
 const EXAMPLES: &str = "\
 Examples:
@@ -31,16 +35,54 @@ Examples:
   hopper lint topologies/                    message-loss hazards in the spec, offline
   hopper inspect --vhost /                   where messages go on the live broker, and every hazard
   hopper graph topologies/ | dot -Tsvg       exchanges, queues, bindings and dead-letter routes
-  hopper config show --context prod          the broker settings a run would use, and where each came from";
+  hopper config show --context prod          the broker settings a run would use, and where each came from
+  hopper schema > hopper.schema.json         JSON Schema of the spec, for editors (taplo)";
 
 #[derive(Debug, Parser)]
-#[command(name = "hopper", version, about = "Compile, apply and explain RabbitMQ retry topologies", after_help = EXAMPLES)]
+#[command(name = "hopper", version = crate::VERSION, about = "Compile, apply and explain RabbitMQ retry topologies", after_help = EXAMPLES)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
-    /// Output format.
+    /// Output format: table (for people) or json (for programs; apply, compile, contract, diff,
+    /// inspect, lint, and export and schema, which only print JSON).
     #[arg(long, global = true, value_enum, default_value_t = Format::Table)]
     pub format: Format,
+    /// Whether --format was given, rather than defaulted: a command that cannot print the format
+    /// asked for refuses it.
+    #[arg(skip)]
+    pub format_given: bool,
+    /// Print only errors and machine output (JSON, DOT, definitions); the exit code says the rest.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+    /// Also say what hopper is doing, on stderr: which files, broker, cluster and vhosts.
+    #[arg(short, long, global = true)]
+    pub verbose: bool,
+}
+
+impl Cli {
+    /// Parses the command line. On a usage error, also the exit codes it asked for, so that
+    /// the error exits in them.
+    pub fn parse_args() -> Result<(Cli, ExitCodes), (clap::Error, ExitCodes)> {
+        let asked = if std::env::args_os().any(|a| a == "--detailed-exitcode") {
+            ExitCodes::Detailed
+        } else {
+            ExitCodes::Documented
+        };
+        let matches = Cli::command().try_get_matches().map_err(|e| (e, asked))?;
+        let mut cli = Cli::from_arg_matches(&matches).map_err(|e| (e, asked))?;
+        cli.format_given = matches.value_source("format") == Some(ValueSource::CommandLine)
+            || matches.subcommand().is_some_and(|(_, m)| m.value_source("format") == Some(ValueSource::CommandLine));
+        let codes = cli.command.exit_codes();
+        Ok((cli, codes))
+    }
+
+    pub fn verbosity(&self) -> Verbosity {
+        match (self.quiet, self.verbose) {
+            (true, _) => Verbosity::Quiet,
+            (false, true) => Verbosity::Verbose,
+            (false, false) => Verbosity::Normal,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -55,7 +97,60 @@ pub enum Command {
     Graph(graph::Args),
     Inspect(inspect::Args),
     Lint(lint::Args),
+    Schema(schema::Args),
+    Completions(completions::Args),
+    Man(man::Args),
 }
+
+impl Command {
+    fn exit_codes(&self) -> ExitCodes {
+        let detailed = match self {
+            Command::Apply(a) => a.detailed_exitcode,
+            Command::Diff(a) => a.detailed_exitcode,
+            _ => false,
+        };
+        if detailed { ExitCodes::Detailed } else { ExitCodes::Documented }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Command::Apply(_) => "apply",
+            Command::Compile(_) => "compile",
+            Command::Config(_) => "config",
+            Command::Contract(_) => "contract",
+            Command::Diff(_) => "diff",
+            Command::Export(_) => "export",
+            Command::Graph(_) => "graph",
+            Command::Inspect(_) => "inspect",
+            Command::Lint(_) => "lint",
+            Command::Schema(_) => "schema",
+            Command::Completions(_) => "completions",
+            Command::Man(_) => "man",
+        }
+    }
+
+    /// The formats the command can print, and what it prints otherwise.
+    fn formats(&self) -> (&'static [Format], &'static str) {
+        const BOTH: &[Format] = &[Format::Table, Format::Json];
+        match self {
+            Command::Apply(_)
+            | Command::Compile(_)
+            | Command::Config(_)
+            | Command::Contract(_)
+            | Command::Diff(_)
+            | Command::Inspect(_)
+            | Command::Lint(_) => (BOTH, ""),
+            Command::Export(_) => (&[Format::Json], "it prints RabbitMQ definitions, which are JSON"),
+            Command::Schema(_) => (&[Format::Json], "it prints a JSON Schema"),
+            Command::Graph(_) => (&[], "it draws DOT or Mermaid: choose with --style"),
+            Command::Completions(_) => (&[], "it prints a shell script"),
+            Command::Man(_) => (&[], "it prints a man page (roff)"),
+        }
+    }
+}
+
+/// Spec files as read: (path, text), in order.
+pub type SpecFiles = Vec<(PathBuf, String)>;
 
 /// Spec files or directories of `*.toml`, shared by every command.
 #[derive(Debug, clap::Args)]
@@ -71,18 +166,39 @@ pub struct SpecArgs {
 impl SpecArgs {
     /// The validated spec, or `Exit::Error` once every problem has been printed.
     pub fn load(&self) -> Result<Result<Spec, Exit>> {
-        match spec::load(&self.specs, self.vhost.as_deref()) {
-            Ok(spec) => Ok(Ok(spec)),
-            Err(LoadError::Io(message)) => {
-                eprintln!("error: {message}");
-                Ok(Err(Exit::Error))
-            }
-            Err(LoadError::Invalid(e)) => {
-                e.emit();
-                Ok(Err(Exit::Error))
-            }
-        }
+        Ok(self.load_sources()?.map(|(spec, _)| spec))
     }
+
+    /// The validated spec and the files it was read from, or `Exit::Error` once every problem
+    /// has been printed.
+    pub fn load_sources(&self) -> Result<Result<(Spec, SpecFiles), Exit>> {
+        let sources = match spec::read(&self.specs) {
+            Ok(sources) => sources,
+            Err(e) => return Ok(Err(load_failed(e))),
+        };
+        let files: Vec<(PathBuf, String)> = sources.iter().map(|(p, t)| (p.to_path_buf(), t.to_string())).collect();
+        Ok(validated(sources, self.vhost.as_deref()).map(|spec| (spec, files)))
+    }
+}
+
+/// Parses and validates files already read; `Exit::Error` once every problem has been printed.
+pub fn validated(sources: spec::Sources, vhost: Option<&str>) -> Result<Spec, Exit> {
+    let names: Vec<String> = sources.iter().map(|(p, _)| p.display().to_string()).collect();
+    match spec::from_sources(sources, vhost) {
+        Ok(spec) => {
+            output::narrate(|| format!("spec: {} topologies read from {}", spec.topologies.len(), names.join(", ")));
+            Ok(spec)
+        }
+        Err(e) => Err(load_failed(LoadError::Invalid(e))),
+    }
+}
+
+fn load_failed(e: LoadError) -> Exit {
+    match e {
+        LoadError::Io(message) => eprintln!("error: {}", output::safe(&message)),
+        LoadError::Invalid(e) => e.emit(),
+    }
+    Exit::Error
 }
 
 /// A vhost name from the command line: the same rules as in a spec.
@@ -168,6 +284,11 @@ impl BrokerArgs {
 }
 
 pub fn run(cli: Cli) -> Result<Exit> {
+    output::set_verbosity(cli.verbosity());
+    let (formats, prints) = cli.command.formats();
+    if cli.format_given && !formats.contains(&cli.format) {
+        bail!("`hopper {}` cannot print --format {}: {prints}; drop --format", cli.command.name(), cli.format.as_str());
+    }
     match cli.command {
         Command::Apply(args) => apply::run(args, cli.format),
         Command::Compile(args) => compile::run(args, cli.format),
@@ -178,5 +299,8 @@ pub fn run(cli: Cli) -> Result<Exit> {
         Command::Graph(args) => graph::run(args),
         Command::Inspect(args) => inspect::run(args, cli.format),
         Command::Lint(args) => lint::run(args, cli.format),
+        Command::Schema(args) => schema::run(args),
+        Command::Completions(args) => completions::run(args),
+        Command::Man(args) => man::run(args),
     }
 }

@@ -2,11 +2,12 @@
 //! anything, then converge, sinks first.
 
 use anyhow::Result;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::broker::{Endpoint, amqp, http, identity};
 use crate::compile::CompiledTopology;
 use crate::model::Object;
+use crate::plan::fingerprint::{self, BrokerSeen, Fingerprint};
 use crate::plan::{self, Options, Override, Plan, Step};
 
 #[derive(Debug, Clone, Default)]
@@ -16,38 +17,67 @@ pub struct Request {
     pub migrate: bool,
     /// Read over AMQP alone, never the management API: only when asked, never as a fallback.
     pub amqp_only: bool,
+    /// `apply --plan`: what a saved plan was made against and would change, per vhost. Nothing
+    /// is changed unless the broker still gives the same fingerprint and the same changes.
+    pub expect: Option<Vec<Expected>>,
+}
+
+/// A saved plan's view of one vhost.
+#[derive(Debug, Clone)]
+pub struct Expected {
+    pub vhost: String,
+    pub fingerprint: Fingerprint,
+    /// The steps that change the broker, as JSON, in order.
+    pub changes: Vec<serde_json::Value>,
 }
 
 /// Where a vhost's state was read from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ReadFrom {
     ManagementApi,
-    /// Passive declarations over AMQP, as `--amqp-only` asks.
+    /// Passive declarations over AMQP: the management API could not be used.
     Amqp,
 }
 
 #[derive(Debug, Serialize)]
 pub struct Report {
     pub dry_run: bool,
-    /// Whether the plan was carried out: not on a dry run, and not when anything conflicted.
+    /// Whether the plan was carried out: not on a dry run, not when anything conflicted, and not
+    /// when a saved plan was stale.
     pub applied: bool,
+    /// The cluster written to, as it names itself.
+    pub cluster_name: String,
+    /// Why a saved plan (`apply --plan`) was refused: what changed since it was made.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stale: Vec<String>,
     pub vhosts: Vec<VhostReport>,
 }
 
 #[derive(Debug, Serialize)]
 pub struct VhostReport {
     pub vhost: String,
+    /// The release of the node written to, as it introduced itself.
+    pub broker_version: String,
     pub read_from: ReadFrom,
+    /// What this vhost's plan was made against (see `plan::fingerprint`).
+    pub fingerprint: Fingerprint,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
     pub steps: Vec<Step>,
     /// Policies that make a queue behave otherwise than the spec says; apply cannot change them.
     pub overrides: Vec<Override>,
-    /// Steps the broker refused while applying, by index into `steps`, with its reason.
-    pub refused: Vec<(usize, String)>,
+    /// Steps the broker refused while applying.
+    pub refused: Vec<Refusal>,
     /// What each migration did, in the order they ran.
     pub migrated: Vec<super::migrate::Migrated>,
+}
+
+/// A step the broker refused, by its index in `steps`, and the broker's reason.
+#[derive(Debug, Serialize)]
+pub struct Refusal {
+    pub step: usize,
+    pub reason: String,
 }
 
 impl Report {
@@ -58,8 +88,59 @@ impl Report {
     /// Refusals that stopped the run. A prune deletion the broker refused (the queue is no
     /// longer empty) is not one: the queue was kept, which is what the refusal is for.
     pub fn refused(&self) -> usize {
-        self.vhosts.iter().map(|v| v.refused.iter().filter(|(i, _)| v.steps[*i].refusal_stops_the_run()).count()).sum()
+        self.vhosts.iter().map(|v| v.refused.iter().filter(|r| v.steps[r.step].refusal_stops_the_run()).count()).sum()
     }
+
+    /// Steps that change the broker (planned, or carried out).
+    pub fn changes(&self) -> usize {
+        self.vhosts.iter().map(|v| v.steps.iter().filter(|s| s.changes()).count()).sum()
+    }
+}
+
+impl VhostReport {
+    /// The steps that change the broker, as a plan file keeps them.
+    pub fn changes(&self) -> Vec<serde_json::Value> {
+        changes(&self.steps)
+    }
+}
+
+fn changes(steps: &[Step]) -> Vec<serde_json::Value> {
+    steps.iter().filter(|s| s.changes()).map(|s| serde_json::to_value(s).expect("a step always serialises")).collect()
+}
+
+/// What differs between a saved plan and the plans just made; empty when it still holds.
+fn staleness(expected: &[Expected], plans: &[(&Plan, &Fingerprint)]) -> Vec<String> {
+    let mut stale = Vec::new();
+    let planned: Vec<&str> = plans.iter().map(|(p, _)| p.vhost.as_str()).collect();
+    let saved: Vec<&str> = expected.iter().map(|e| e.vhost.as_str()).collect();
+    if planned != saved {
+        stale.push(format!("the plan covers vhost(s) {saved:?}, its spec now {planned:?}"));
+        return stale;
+    }
+    for (e, (plan, now)) in expected.iter().zip(plans) {
+        let v = crate::output::safe(&e.vhost);
+        if now.broker != e.fingerprint.broker {
+            stale.push(format!(
+                "vhost `{v}`: another cluster or RabbitMQ release answers than the one the plan was made against"
+            ));
+        }
+        if now.spec != e.fingerprint.spec {
+            stale.push(format!(
+                "vhost `{v}`: the plan's spec compiles to other objects than when the plan was made (another hopper version?)"
+            ));
+        }
+        if now.live != e.fingerprint.live {
+            stale.push(format!(
+                "vhost `{v}`: the broker's objects changed since the plan was made (an exchange, queue, binding, argument or policy was declared, deleted or changed)"
+            ));
+        }
+        if now.combined == e.fingerprint.combined && changes(&plan.steps) != e.changes {
+            stale.push(format!(
+                "vhost `{v}`: the plan would now make other changes (a left-over queue's messages or consumers changed what --prune may delete)"
+            ));
+        }
+    }
+    stale
 }
 
 pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], request: &Request) -> Result<Report> {
@@ -77,6 +158,15 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], req
             identity::same_cluster(endpoint, &amqp_identity, &http_identity)?;
             http_identity.cluster_name
         };
+        crate::output::narrate(|| {
+            format!(
+                "broker: cluster `{cluster}` (RabbitMQ {}), AMQP {}, management API {}, as user `{}`",
+                amqp_identity.1.version,
+                amqp_identity.0,
+                crate::broker::redact(&endpoint.management_url),
+                endpoint.username()
+            )
+        });
         // Plan every vhost before changing any: a conflict anywhere stops the whole run.
         let mut work = Vec::new();
         for (vhost, topologies) in by_vhost {
@@ -84,11 +174,13 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], req
             // What is written is judged by the release of the node it is written to.
             super::check_release(&session.identity().version, topologies)?;
             let (mut live, read_from, note) = if request.amqp_only {
+                crate::output::narrate(|| format!("vhost `{vhost}`: probing it over AMQP (--amqp-only)"));
                 let retyped = |q: &crate::model::Queue, t: &str| plan::retyped(topologies, q, t);
                 let live = session.probe(&plan::desired(topologies), retyped).await?;
                 let note = "--amqp-only: read over AMQP: bindings are declared again (idempotent), and queues left over by earlier specs cannot be listed";
                 (live, ReadFrom::Amqp, Some(note.to_string()))
             } else {
+                crate::output::narrate(|| format!("vhost `{vhost}`: reading it through the management API"));
                 let mut live = http::read(endpoint, vhost).await.map_err(needs_the_api)?;
                 super::exact_counts(&mut session, &mut live, topologies).await?;
                 (live, ReadFrom::ManagementApi, None)
@@ -114,20 +206,60 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], req
                 }
                 plan = plan::plan(vhost, topologies, &live, &options);
             }
-            work.push((session, plan, read_from, note));
+            let version = session.identity().version.clone();
+            let seen = BrokerSeen { cluster_name: &cluster, version: &version };
+            let fingerprint = fingerprint::fingerprint(&seen, vhost, &live, topologies, request.prune);
+            crate::output::narrate(|| {
+                format!(
+                    "vhost `{vhost}`: {} exchange(s), {} queue(s), {} binding(s) read; {} change(s) planned; fingerprint {}",
+                    live.exchanges.len(),
+                    live.queues.len(),
+                    live.bindings.as_ref().map_or("unknown".to_string(), |b| b.len().to_string()),
+                    plan.steps.iter().filter(|s| s.changes()).count(),
+                    fingerprint.combined
+                )
+            });
+            work.push((session, plan, read_from, note, version, fingerprint));
         }
 
-        let conflicts = work.iter().map(|(_, p, _, _)| p.conflicts().count()).sum::<usize>();
-        let apply = conflicts == 0 && !request.dry_run;
+        let stale = match &request.expect {
+            Some(expected) => {
+                let plans: Vec<_> = work.iter().map(|(_, p, _, _, _, f)| (p, f)).collect();
+                staleness(expected, &plans)
+            }
+            None => Vec::new(),
+        };
+        let conflicts = work.iter().map(|(_, p, _, _, _, _)| p.conflicts().count()).sum::<usize>();
+        let apply = conflicts == 0 && !request.dry_run && stale.is_empty();
         let mut vhosts = Vec::new();
-        for (mut session, plan, read_from, note) in work {
-            let (refused, migrated) =
-                if apply { execute(&mut session, endpoint, &plan).await? } else { (Vec::new(), Vec::new()) };
+        for (mut session, plan, read_from, note, broker_version, fingerprint) in work {
+            let (refused, migrated) = if apply {
+                crate::output::narrate(|| {
+                    format!(
+                        "vhost `{}`: carrying out {} change(s)",
+                        plan.vhost,
+                        plan.steps.iter().filter(|s| s.changes()).count()
+                    )
+                });
+                execute(&mut session, endpoint, &plan).await?
+            } else {
+                (Vec::new(), Vec::new())
+            };
             session.close().await;
             let Plan { vhost, steps, overrides, .. } = plan;
-            vhosts.push(VhostReport { vhost, read_from, note, steps, overrides, refused, migrated });
+            vhosts.push(VhostReport {
+                vhost,
+                broker_version,
+                read_from,
+                fingerprint,
+                note,
+                steps,
+                overrides,
+                refused,
+                migrated,
+            });
         }
-        Ok(Report { dry_run: request.dry_run, applied: apply, vhosts })
+        Ok(Report { dry_run: request.dry_run, applied: apply, cluster_name: cluster, stale, vhosts })
     })
 }
 
@@ -150,22 +282,22 @@ async fn execute(
     session: &mut amqp::Session,
     endpoint: &Endpoint,
     plan: &Plan,
-) -> Result<(Vec<(usize, String)>, Vec<super::migrate::Migrated>)> {
+) -> Result<(Vec<Refusal>, Vec<super::migrate::Migrated>)> {
     let mut phases = plan::phases(plan);
     let after = phases.split_off(plan::MIGRATIONS + 1);
     let migrations = phases.pop().unwrap_or_default();
-    let refusals = |outcomes: Vec<(usize, amqp::Outcome)>| -> Vec<(usize, String)> {
+    let refusals = |outcomes: Vec<(usize, amqp::Outcome)>| -> Vec<Refusal> {
         outcomes
             .into_iter()
             .filter_map(|(i, outcome)| match outcome {
-                amqp::Outcome::Refused(reason) => Some((i, reason)),
+                amqp::Outcome::Refused(reason) => Some(Refusal { step: i, reason }),
                 amqp::Outcome::Done => None,
             })
             .collect()
     };
     let mut refused = refusals(session.execute(plan, phases).await?);
     let mut migrated = Vec::new();
-    if refused.iter().any(|(i, _)| plan.steps[*i].refusal_stops_the_run()) {
+    if refused.iter().any(|r| plan.steps[r.step].refusal_stops_the_run()) {
         return Ok((refused, migrated));
     }
     for i in migrations {

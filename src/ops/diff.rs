@@ -133,10 +133,21 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)]) -> 
         if let Some(amqp_identity) = &amqp_identity {
             identity::same_cluster(endpoint, amqp_identity, &http_identity)?;
         }
+        crate::output::narrate(|| {
+            format!(
+                "broker: cluster `{}` (RabbitMQ {}), management API {} as user `{}`; AMQP {}",
+                http_identity.cluster_name,
+                http_identity.version,
+                crate::broker::redact(&endpoint.management_url),
+                endpoint.username(),
+                amqp_identity.as_ref().map_or("unreachable: no exact counts".to_string(), |(a, _)| a.clone())
+            )
+        });
         let all: Vec<&CompiledTopology> = by_vhost.iter().flat_map(|(_, t)| t.iter().copied()).collect();
         super::check_release(&http_identity.version, &all)?;
         let mut plans = Vec::new();
         for (vhost, topologies) in by_vhost {
+            crate::output::narrate(|| format!("vhost `{vhost}`: reading it through the management API"));
             let mut live = match http::read(endpoint, vhost).await {
                 Ok(live) => live,
                 Err(e) => bail!("hopper diff reads the broker through the management API and cannot: {e:#}"),

@@ -99,6 +99,13 @@ pub fn run(endpoint: &Endpoint, request: &Request) -> Result<Vec<Report>> {
     let mut reports = Vec::new();
     for scope in &request.scopes {
         let vhost = &scope.vhost;
+        crate::output::narrate(|| {
+            format!(
+                "vhost `{vhost}`: reading it through the management API at {} as user `{}`",
+                crate::broker::redact(&endpoint.management_url),
+                endpoint.username()
+            )
+        });
         let live = match runtime.block_on(http::read(endpoint, vhost)) {
             Ok(live) => live,
             Err(e) => bail!("hopper inspect reads the broker through the management API and cannot: {e:#}"),

@@ -2,6 +2,7 @@
 //! changed in place (and the ways out), what is left over. Pure: the broker module fills `Live`
 //! and executes the plan.
 
+pub mod fingerprint;
 mod leftover;
 pub mod migrate;
 mod remedy;

@@ -1,5 +1,5 @@
-//! Spec files from the command line: files, and directories of `*.toml`. Everything named is
-//! read or refused with a reason; nothing is skipped in silence.
+//! Spec files from the command line: files, directories of `*.toml`, and `-` for standard
+//! input. Everything named is read or refused with a reason; nothing is skipped in silence.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -11,12 +11,27 @@ use crate::diagnostic::Sources;
 /// few MB), far below what would hurt a CI runner. `/dev/zero` and its like are not files.
 pub const MAX_SPEC_BYTES: u64 = 64 << 20;
 
-/// Reads every file the paths name, in order; a directory's `*.toml` files in name order.
+/// How a spec read from standard input is named in diagnostics.
+pub const STDIN_NAME: &str = "<stdin>";
+
+/// Reads every file the paths name, in order; a directory's `*.toml` files in name order; `-`,
+/// standard input (once).
 pub fn read(paths: &[PathBuf]) -> Result<Sources, LoadError> {
     let mut sources = Sources::default();
-    for path in expand(paths)? {
-        let text = read_one(&path)?;
-        sources.add(path, text);
+    let stdin = std::path::Path::new("-");
+    if paths.iter().filter(|p| p.as_path() == stdin).count() > 1 {
+        return Err(LoadError::Io("`-` (standard input) is named twice; it can be read only once".into()));
+    }
+    for path in paths {
+        if path.as_path() == stdin {
+            let text = read_limited(std::io::stdin().lock(), STDIN_NAME)?;
+            sources.add(PathBuf::from(STDIN_NAME), text);
+            continue;
+        }
+        for file in expand(std::slice::from_ref(path))? {
+            let text = read_one(&file)?;
+            sources.add(file, text);
+        }
     }
     Ok(sources)
 }
@@ -98,19 +113,25 @@ fn not_a_file(path: &Path, kind: Kind) -> LoadError {
 
 fn read_one(path: &Path) -> Result<String, LoadError> {
     let file = std::fs::File::open(path).map_err(|e| io(path, "cannot read", &e))?;
+    read_limited(file, &path.display().to_string())
+}
+
+/// At most MAX_SPEC_BYTES of UTF-8 text; `name` says where from, in errors.
+fn read_limited(source: impl Read, name: &str) -> Result<String, LoadError> {
     let mut bytes = Vec::new();
-    file.take(MAX_SPEC_BYTES + 1).read_to_end(&mut bytes).map_err(|e| io(path, "cannot read", &e))?;
+    source
+        .take(MAX_SPEC_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| LoadError::Io(format!("cannot read {name}: {e}")))?;
     if bytes.len() as u64 > MAX_SPEC_BYTES {
         return Err(LoadError::Io(format!(
-            "{} is larger than {} MiB, the most a spec file may be; split it into several files",
-            path.display(),
+            "{name} is larger than {} MiB, the most a spec file may be; split it into several files",
             MAX_SPEC_BYTES >> 20
         )));
     }
     String::from_utf8(bytes).map_err(|e| {
         LoadError::Io(format!(
-            "{} is not UTF-8 text (invalid byte at offset {}); TOML files are UTF-8",
-            path.display(),
+            "{name} is not UTF-8 text (invalid byte at offset {}); TOML files are UTF-8",
             e.utf8_error().valid_up_to()
         ))
     })

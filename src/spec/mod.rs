@@ -13,7 +13,7 @@ use serde::Serialize;
 
 pub use crate::diagnostic::{Diagnostic, FileId, Sources, SpecError};
 pub use duration::{format_duration, parse as parse_duration};
-pub use files::MAX_SPEC_BYTES;
+pub use files::{MAX_SPEC_BYTES, STDIN_NAME};
 pub use validate::vhost_problem;
 
 use crate::model::{ExchangeName, QueueName};
@@ -122,8 +122,13 @@ pub enum LoadError {
 /// Reads files and directories of `*.toml` (sorted by name) into one validated spec.
 /// `vhost_override` replaces every file's `vhost`, as `--vhost` does.
 pub fn load(paths: &[PathBuf], vhost_override: Option<&str>) -> Result<Spec, LoadError> {
-    let sources = files::read(paths)?;
+    let sources = read(paths)?;
     from_sources(sources, vhost_override).map_err(LoadError::Invalid)
+}
+
+/// The files the paths name, read but not yet parsed (a plan file keeps them).
+pub fn read(paths: &[PathBuf]) -> Result<Sources, LoadError> {
+    files::read(paths)
 }
 
 /// Parses and validates files already in memory. Pure: the unit tests' entry point.

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use lapin::options::{QueueBindOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
 
-use crate::retry_consumer::{self, Contract, Handler, Outcome};
+use crate::retry_consumer::{self, Contract, Contracts, Handler, Outcome};
 use serde_json::json;
 
 use crate::support::{self, Broker, Vhost, on_every_broker};
@@ -53,8 +53,9 @@ async fn failing_consumer(
 fn contract_of(vhost: &Vhost, spec: &std::path::Path) -> Contract {
     let out = vhost.hopper(&["contract", "--format", "json", spec.to_str().unwrap()]);
     assert!(out.status.success());
-    let mut contracts: Vec<Contract> = serde_json::from_slice(&out.stdout).unwrap();
-    contracts.remove(0)
+    let mut document: Contracts = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(document.schema_version, 1);
+    document.contracts.remove(0)
 }
 
 async fn every_hop(broker: Broker, strategy: &str, queue_type: &str) {

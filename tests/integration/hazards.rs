@@ -95,8 +95,9 @@ fn hazards(findings: &Value) -> Vec<Hazard> {
 #[track_caller]
 fn inspect(vhost: &Vhost) -> (Option<i32>, Vec<Hazard>) {
     let (code, reports) = vhost.json(&["inspect", "--vhost", &vhost.name]);
-    assert_eq!(reports.as_array().map(Vec::len), Some(1), "one report for one vhost: {reports:#}");
-    (code, hazards(&reports[0]["hazards"]))
+    assert_eq!(reports["schema_version"], 1);
+    assert_eq!(reports["vhosts"].as_array().map(Vec::len), Some(1), "one report for one vhost: {reports:#}");
+    (code, hazards(&reports["vhosts"][0]["hazards"]))
 }
 
 /// Inspect exits 1 and reports exactly this finding (among others).
@@ -111,7 +112,7 @@ fn assert_reported(vhost: &Vhost, expected: Hazard) {
 #[track_caller]
 fn finding(vhost: &Vhost, rule: &str) -> Value {
     let (_, reports) = vhost.json(&["inspect", "--vhost", &vhost.name]);
-    support::one(&reports[0]["hazards"], &json!({"rule": rule})).clone()
+    support::one(&reports["vhosts"][0]["hazards"], &json!({"rule": rule})).clone()
 }
 
 /// The dead-letter exchange does not exist: the rejected message is gone.
@@ -221,7 +222,8 @@ async fn a_hopper_topology_has_no_hazard(broker: Broker) {
     assert_eq!((code, hazards), (Some(0), vec![]));
     let specs = [orders.to_str().unwrap(), payments.to_str().unwrap()];
     let (code, findings) = support::hopper_json(None, &[&["lint"][..], &specs].concat());
-    assert_eq!((code, findings), (Some(0), json!([])), "lint agrees, offline");
+    assert_eq!((code, &findings["findings"]), (Some(0), &json!([])), "lint agrees, offline: {findings:#}");
+    assert_eq!(findings["schema_version"], 1);
     // What a person reads.
     let lint = support::hopper(None, &[&["lint"][..], &specs].concat());
     assert_eq!(lint.status.code(), Some(0));
@@ -280,7 +282,7 @@ fn inspect_json(vhost: &Vhost, extra: &[&str]) -> (Option<i32>, Value) {
 /// Where inspect says a message rejected in `queue` goes (`queues[0].dead_letters.rejected`).
 fn rejected_path(vhost: &Vhost, queue: &str) -> Value {
     let (_, reports) = inspect_json(vhost, &["--vhost", &vhost.name, "--queue", queue]);
-    let queues = reports[0]["queues"].as_array().unwrap();
+    let queues = reports["vhosts"][0]["queues"].as_array().unwrap();
     assert_eq!(queues.len(), 1, "--queue shows one queue: {reports}");
     assert_eq!(queues[0]["name"], queue);
     queues[0]["dead_letters"]["rejected"].clone()
@@ -741,11 +743,11 @@ async fn inspect_one_queue_of_a_hand_built_vhost(broker: Broker) {
     queue(&ch, "lost", args(&[("x-dead-letter-exchange", Str("nowhere"))])).await;
     let (code, reports) = inspect_json(&vhost, &["--vhost", &vhost.name, "--queue", "work"]);
     let names: Vec<&str> =
-        reports[0]["queues"].as_array().unwrap().iter().map(|q| q["name"].as_str().unwrap()).collect();
+        reports["vhosts"][0]["queues"].as_array().unwrap().iter().map(|q| q["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["work"]);
-    assert_eq!(reports[0]["hazards"], json!([]), "the other queue's hazard is not shown");
+    assert_eq!(reports["vhosts"][0]["hazards"], json!([]), "the other queue's hazard is not shown");
     assert_eq!(code, Some(0));
-    assert_path_ends_in(&reports[0]["queues"][0]["dead_letters"]["rejected"], "parked");
+    assert_path_ends_in(&reports["vhosts"][0]["queues"][0]["dead_letters"]["rejected"], "parked");
     // The whole vhost has it.
     let (code, hazards) = inspect(&vhost);
     assert_eq!(code, Some(1));
@@ -773,10 +775,10 @@ async fn inspect_a_spec_restricts_to_its_queues(broker: Broker) {
     queue(&ch, "stray", args(&[("x-dead-letter-exchange", Str("nowhere"))])).await;
     let (code, reports) = inspect_json(&vhost, &[spec]);
     let names: Vec<&str> =
-        reports[0]["queues"].as_array().unwrap().iter().map(|q| q["name"].as_str().unwrap()).collect();
+        reports["vhosts"][0]["queues"].as_array().unwrap().iter().map(|q| q["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["orders", "orders.dlq", "orders.wait-1s"]);
-    assert_eq!(reports[0]["vhost"], vhost.name.as_str());
-    assert_eq!((code, &reports[0]["hazards"]), (Some(0), &json!([])));
+    assert_eq!(reports["vhosts"][0]["vhost"], vhost.name.as_str());
+    assert_eq!((code, &reports["vhosts"][0]["hazards"]), (Some(0), &json!([])));
     let (code, hazards) = inspect(&vhost);
     assert_eq!(code, Some(1), "the whole vhost has the stray queue's hazard: {hazards:?}");
     assert_eq!(
@@ -1013,7 +1015,7 @@ async fn default_delivery_limit(broker: Broker) {
     support::publish(&c, "", "work", &["m".to_string()]).await;
     let (_, reports) = inspect_json(&vhost, &["--vhost", &vhost.name]);
     let (major, minor) = broker.version();
-    let version = reports[0]["version"].as_str().unwrap_or_else(|| panic!("no version: {reports:#}"));
+    let version = reports["vhosts"][0]["version"].as_str().unwrap_or_else(|| panic!("no version: {reports:#}"));
     assert!(
         version.starts_with(&format!("{major}.{minor}.")),
         "inspect read version {version} of RabbitMQ {major}.{minor}"

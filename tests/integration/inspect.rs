@@ -25,7 +25,7 @@ async fn summary_consumes_nothing(broker: Broker, queue_type: &str) {
 
     let (code, report) = vhost.json(&["inspect", "--vhost", &vhost.name, "--queue", "orders.dlq", "--dead-letters"]);
     assert_eq!(code, Some(0), "{report:#}");
-    let summary = &report[0]["dead_letters"];
+    let summary = &report["vhosts"][0]["dead_letters"];
     assert_eq!(summary["peeked"], 5);
     assert_eq!(summary["groups"].as_array().unwrap().len(), 1);
     let group = &summary["groups"][0];

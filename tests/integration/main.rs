@@ -2,11 +2,13 @@
 //! 4.0 (see support.rs), each in a vhost of its own that is removed afterwards.
 
 mod apply;
+mod cli;
 mod config;
 mod connect;
 mod diff;
 mod export;
 mod flow;
+mod gates;
 mod hazards;
 mod inspect;
 mod migrate;
@@ -14,6 +16,7 @@ mod props;
 mod prune;
 mod readme;
 mod safety;
+mod schema;
 mod spec_errors;
 mod support;
 mod tls;
@@ -21,3 +24,7 @@ mod tls;
 #[allow(dead_code)]
 #[path = "../../examples/retry_consumer.rs"]
 mod retry_consumer;
+
+/// What build.rs runs to find the commit, run here outside any checkout.
+#[path = "../../build/commit.rs"]
+mod build_commit;

@@ -203,6 +203,8 @@ fn compiled(files: &[(String, String)]) -> Vec<CompiledTopology> {
     }
 }
 
+static SCHEMA: std::sync::LazyLock<jsonschema::Validator> = std::sync::LazyLock::new(crate::schema::validator);
+
 proptest! {
     #![proptest_config(Config { cases: 200, failure_persistence: None, ..Config::default() })]
 
@@ -246,6 +248,18 @@ proptest! {
         let two = hopper::model::Binding::to_queue(p.as_str(), arrow(&q, &r), arrow(&q, &r));
         for b in [one, two] {
             prop_assert!(desired.contains(&&Object::Binding(b.clone())), "{} is missing", b);
+        }
+    }
+
+    /// What hopper accepts, the JSON Schema editors check with accepts too: `delays` or
+    /// `backoff`, every strategy, queue type and exchange type, names of every kind.
+    #[test]
+    fn the_spec_schema_accepts_every_generated_spec(topologies in spec()) {
+        let files = files(&topologies, "");
+        compiled(&files);
+        for (name, text) in &files {
+            let errors = crate::schema::errors(&SCHEMA, text);
+            prop_assert!(errors.is_empty(), "the schema refuses {}: {:#?}\n{}", name, errors, text);
         }
     }
 

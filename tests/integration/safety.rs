@@ -708,7 +708,7 @@ fn compiled_nodes(dir: &Path) -> BTreeMap<String, Vec<Vec<String>>> {
     let (code, compiled) = support::hopper_json(None, &["compile", s(dir)]);
     assert_eq!(code, Some(0), "{compiled:#}");
     let mut seen: BTreeMap<String, BTreeSet<Vec<String>>> = BTreeMap::new();
-    for t in compiled.as_array().unwrap() {
+    for t in compiled["topologies"].as_array().unwrap() {
         let vhost = t["topology"]["vhost"].as_str().unwrap().to_string();
         for o in t["objects"].as_array().unwrap() {
             let name = o["name"].as_str().map(String::from);
@@ -1022,7 +1022,7 @@ fn an_editor_lock_file_in_a_spec_directory_is_ignored() {
     assert_eq!(out.status.code(), Some(0), "{}", support::text(&out.stderr));
     let compiled: Value = serde_json::from_slice(&out.stdout).unwrap();
     let names: Vec<&str> =
-        compiled.as_array().unwrap().iter().map(|t| t["topology"]["name"].as_str().unwrap()).collect();
+        compiled["topologies"].as_array().unwrap().iter().map(|t| t["topology"]["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["ok"]);
 }
 
@@ -1072,7 +1072,7 @@ fn fanout_topology_inheriting_routing_keys_is_an_error_at_the_topology() {
     let (code, compiled) = support::hopper_json(None, &["compile", s(&spec)]);
     assert_eq!(code, Some(0), "{compiled:#}");
     let main_binding = |topology: &str| {
-        let t = support::one(&compiled, &json!({"topology": {"name": topology}}));
+        let t = support::one(&compiled["topologies"], &json!({"topology": {"name": topology}}));
         support::one(&t["objects"], &json!({"object": "binding", "source": topology}))["routing_key"].clone()
     };
     assert_eq!(main_binding("fan"), "");
@@ -1102,13 +1102,13 @@ fn own_delays_replace_a_default_backoff() {
     let (code, compiled) = support::hopper_json(None, &["compile", s(&spec)]);
     assert_eq!(code, Some(0), "{compiled:#}");
     let waits = |topology: &str| -> Vec<(String, i64)> {
-        let t = support::one(&compiled, &json!({"topology": {"name": topology}}));
+        let t = support::one(&compiled["topologies"], &json!({"topology": {"name": topology}}));
         support::all(&t["objects"], &json!({"object": "queue", "role": {"kind": "wait"}}))
             .into_iter()
             .map(|q| (q["name"].as_str().unwrap().to_string(), q["arguments"]["x-message-ttl"].as_i64().unwrap()))
             .collect()
     };
-    let own = support::one(&compiled, &json!({"topology": {"name": "own"}}));
+    let own = support::one(&compiled["topologies"], &json!({"topology": {"name": "own"}}));
     assert_eq!(own["topology"]["hop_delays"], json!(["7s", "11s"]));
     assert_eq!(waits("own"), [("own.wait-7s".to_string(), 7000), ("own.wait-11s".to_string(), 11000)]);
     assert_eq!(waits("inherits"), [("inherits.wait-1s".to_string(), 1000), ("inherits.wait-3s".to_string(), 3000)]);

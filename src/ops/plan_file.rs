@@ -1,0 +1,147 @@
+//! A saved plan (`apply --dry-run --out FILE`), applied later by `apply --plan FILE`: the spec as
+//! it was read, and per vhost the fingerprint of what the plan was made against and the changes
+//! it makes. The changes are not carried out from the file: `apply --plan` plans the saved spec
+//! again and goes on only if the fingerprint and the changes are the same, so a hand-edited
+//! file can never make hopper do what it would not plan itself.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::apply::{Expected, ReadFrom, Report};
+use crate::output::SCHEMA_VERSION;
+use crate::plan::fingerprint::Fingerprint;
+
+/// What a plan file says it is, so that another JSON file is not taken for one.
+pub const KIND: &str = "hopper-plan";
+
+/// The largest plan file hopper reads (the spec's own limit, with room for the changes).
+const MAX_PLAN_BYTES: u64 = 256 << 20;
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct PlanFile {
+    pub schema_version: u32,
+    pub kind: String,
+    /// The hopper that made it, for people.
+    pub hopper_version: String,
+    /// The cluster it was made against, as it names itself.
+    pub cluster_name: String,
+    pub prune: bool,
+    /// `--migrate` as given: the plan's migrations are carried out with it.
+    #[serde(default)]
+    pub migrate: bool,
+    /// `--vhost` as given when the plan was made.
+    pub vhost_override: Option<String>,
+    /// Every spec file, as read.
+    pub spec: Vec<SpecFile>,
+    pub vhosts: Vec<PlannedVhost>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct SpecFile {
+    pub path: PathBuf,
+    pub text: String,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct PlannedVhost {
+    pub vhost: String,
+    pub broker_version: String,
+    pub read_from: ReadFrom,
+    pub fingerprint: Fingerprint,
+    /// The steps that change the broker, in order, as `apply --format json` shows them.
+    pub changes: Vec<Value>,
+}
+
+impl PlanFile {
+    /// The plan of a dry run, with the spec files it was made from.
+    pub fn new(
+        report: &Report,
+        spec: Vec<(PathBuf, String)>,
+        prune: bool,
+        migrate: bool,
+        vhost_override: Option<String>,
+    ) -> Self {
+        PlanFile {
+            schema_version: SCHEMA_VERSION,
+            kind: KIND.to_string(),
+            hopper_version: crate::VERSION.to_string(),
+            cluster_name: report.cluster_name.clone(),
+            prune,
+            migrate,
+            vhost_override,
+            spec: spec.into_iter().map(|(path, text)| SpecFile { path, text }).collect(),
+            vhosts: report
+                .vhosts
+                .iter()
+                .map(|v| PlannedVhost {
+                    vhost: v.vhost.clone(),
+                    broker_version: v.broker_version.clone(),
+                    read_from: v.read_from,
+                    fingerprint: v.fingerprint.clone(),
+                    changes: v.changes(),
+                })
+                .collect(),
+        }
+    }
+
+    /// What `apply --plan` must find again before it changes anything.
+    pub fn expected(&self) -> Vec<Expected> {
+        self.vhosts
+            .iter()
+            .map(|v| Expected {
+                vhost: v.vhost.clone(),
+                fingerprint: v.fingerprint.clone(),
+                changes: v.changes.clone(),
+            })
+            .collect()
+    }
+
+    /// Writes the file whole or not at all: a plan cut short must not be found there later.
+    pub fn write(&self, path: &Path) -> anyhow::Result<()> {
+        use anyhow::Context;
+        let mut text = serde_json::to_vec_pretty(self)?;
+        text.push(b'\n');
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let temporary = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+        std::fs::write(&temporary, text).with_context(|| format!("cannot write the plan to {}", path.display()))?;
+        std::fs::rename(&temporary, path).with_context(|| {
+            let _ = std::fs::remove_file(&temporary);
+            format!("cannot write the plan to {}", path.display())
+        })
+    }
+
+    /// Reads a plan file; the error says what is wrong with it, in one sentence.
+    pub fn read(path: &Path) -> Result<PlanFile, String> {
+        use std::io::Read;
+        let shown = path.display();
+        let file = std::fs::File::open(path).map_err(|e| format!("cannot read the plan file {shown}: {e}"))?;
+        let mut bytes = Vec::new();
+        file.take(MAX_PLAN_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| format!("cannot read the plan file {shown}: {e}"))?;
+        if bytes.len() as u64 > MAX_PLAN_BYTES {
+            return Err(format!("{shown} is larger than {} MiB: not a plan hopper wrote", MAX_PLAN_BYTES >> 20));
+        }
+        let made = "make one with `hopper apply --dry-run --out FILE SPEC...`";
+        let value: Value = serde_json::from_slice(&bytes)
+            .map_err(|e| format!("{shown} is not a hopper plan file: it is not JSON ({e}); {made}"))?;
+        if value.get("kind").and_then(Value::as_str) != Some(KIND) {
+            return Err(format!("{shown} is not a hopper plan file (no \"kind\": \"{KIND}\"); {made}"));
+        }
+        match value.get("schema_version").and_then(Value::as_u64) {
+            Some(v) if v == u64::from(SCHEMA_VERSION) => {}
+            Some(v) => {
+                return Err(format!(
+                    "{shown} is a plan of schema version {v}, and this hopper ({}) reads schema version {SCHEMA_VERSION}: make the plan again with this hopper",
+                    crate::VERSION
+                ));
+            }
+            None => {
+                return Err(format!("{shown} is a malformed plan file: `schema_version` is missing or not a number"));
+            }
+        }
+        serde_json::from_value(value).map_err(|e| format!("{shown} is a malformed plan file: {e}; {made}"))
+    }
+}
