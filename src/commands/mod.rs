@@ -2,8 +2,8 @@
 
 pub mod apply;
 pub mod compile;
-pub mod config;
 pub mod completions;
+pub mod config;
 pub mod contract;
 pub mod diff;
 pub mod export;

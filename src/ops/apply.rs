@@ -189,19 +189,26 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], req
             let options =
                 Options { admin: (read_from == ReadFrom::ManagementApi).then(|| endpoint.admin()), ..options.clone() };
             let mut plan = plan::plan(vhost, topologies, &live, &options);
-            // A refusal says how many messages the queue holds: count them exactly.
-            let conflicting: Vec<_> = plan
-                .conflicts()
+            // A refusal says how many messages the queue holds, and a migration is refused for
+            // a queue with consumers: count both exactly. The management API's counts lag by
+            // seconds (it would still show the consumer of a run killed a moment ago).
+            let counted: Vec<_> = plan
+                .steps
+                .iter()
                 .filter_map(|s| match s {
-                    Step::Conflict { object: Object::Queue(q), .. } => Some(q.name.clone()),
+                    Step::Conflict { object: Object::Queue(q), .. } | Step::Migrate { object: Object::Queue(q), .. } => {
+                        Some(q.name.clone())
+                    }
                     _ => None,
                 })
                 .collect();
-            if !conflicting.is_empty() {
-                for name in conflicting {
-                    if let (Some(q), Some((messages, _))) = (live.queues.get_mut(&name), session.queue_counts(&name).await?)
+            if !counted.is_empty() {
+                for name in counted {
+                    if let (Some(q), Some((messages, consumers))) =
+                        (live.queues.get_mut(&name), session.queue_counts(&name).await?)
                     {
                         q.messages = Some(messages.max(q.messages.unwrap_or(0)));
+                        q.consumers = Some(consumers);
                     }
                 }
                 plan = plan::plan(vhost, topologies, &live, &options);

@@ -87,7 +87,11 @@ pub async fn move_out(session: &mut Session, from: &QueueName, to: &QueueName) -
 /// duplicate), never neither.
 async fn empty_into(session: &mut Session, live: &Live, from: &QueueName, to: &QueueName) -> Result<Moved> {
     let queue = &live.queues[from];
-    if let Some(n @ 1..) = queue.consumers {
+    // Counted over AMQP, exactly: the management API's count lags by seconds, and would still
+    // show the consumer of a run killed a moment ago.
+    let consumers = session.queue_counts(from).await?.map_or(0, |(_, consumers)| consumers);
+    if consumers > 0 {
+        let n = consumers;
         bail!(
             "`{from}` has {n} consumer(s): stop them, then run apply --migrate again (its messages wait meanwhile; deleting it would cancel them)"
         );

@@ -116,6 +116,7 @@ fn man_pages_render_with_groff() {
         "hopper-apply.1",
         "hopper-compile.1",
         "hopper-completions.1",
+        "hopper-config.1",
         "hopper-contract.1",
         "hopper-diff.1",
         "hopper-export.1",

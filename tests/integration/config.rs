@@ -47,7 +47,7 @@ async fn a_context_names_the_broker() {
     let out = hopper_env(&["--format", "json", "inspect"], &[("HOPPER_CONFIG", &config), ("HOPPER_CONTEXT", "test")]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let reports: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(reports[0]["vhost"], vhost.name.as_str(), "{reports:#}");
+    assert_eq!(reports["vhosts"][0]["vhost"], vhost.name.as_str(), "{reports:#}");
 
     let shown = show(&["--context", "test"], &env);
     let context = json!({"from": "context", "context": "test", "file": config});

@@ -197,7 +197,7 @@ async fn an_interrupted_migration_is_named_and_finished(broker: Broker) {
     // What a killed run leaves after its first stage: the holding queue, with the new arguments.
     vhost.spec("orders.toml", &republish("quorum", "5s"));
     let (_, compiled) = vhost.json(&["compile", &spec]);
-    let orders = support::one(&compiled[0]["objects"], &json!({"object": "queue", "name": "orders"}));
+    let orders = support::one(&compiled["topologies"][0]["objects"], &json!({"object": "queue", "name": "orders"}));
     let mut arguments = FieldTable::default();
     for (k, v) in orders["arguments"].as_object().unwrap() {
         let value = match v {
