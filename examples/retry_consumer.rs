@@ -70,13 +70,14 @@ pub enum Action {
     Publish {
         exchange: String,
         routing_key: String,
+        /// With jitter: one is picked at random for each copy (see `pick`).
+        #[serde(default)]
+        routing_keys: Vec<String>,
         headers: BTreeMap<String, i64>,
     },
     /// With requeue (native retry) the broker redelivers it after the delay; without, it is
     /// dead-lettered. Always basic.reject: RabbitMQ 4.3 does not count a basic.nack.
-    Reject {
-        requeue: bool,
-    },
+    Reject { requeue: bool },
 }
 
 const DEAD_LETTER: Action = Action::Reject { requeue: false };
@@ -122,8 +123,9 @@ pub async fn consume(connection: &Connection, contract: &Contract, handler: Hand
                 let settled = match action {
                     None => delivery.ack(BasicAckOptions::default()).await,
                     Some(Action::Reject { requeue }) => delivery.reject(BasicRejectOptions { requeue: *requeue }).await,
-                    Some(Action::Publish { exchange, routing_key, headers }) => {
-                        republish(&publisher, &delivery, exchange, routing_key, headers).await
+                    Some(Action::Publish { exchange, routing_key, routing_keys, headers }) => {
+                        let key = pick(routing_keys).unwrap_or(routing_key);
+                        republish(&publisher, &delivery, exchange, key, headers).await
                     }
                 };
                 if settled.is_err() {
@@ -136,6 +138,18 @@ pub async fn consume(connection: &Connection, contract: &Contract, handler: Hand
         let _ = task.await;
     }
     Ok(())
+}
+
+/// One of a jittered hop's routing keys, uniformly at random: the standard library's hasher is
+/// seeded afresh for every `RandomState`, which is randomness enough to spread retries, without
+/// a dependency. `None` without jitter.
+fn pick(keys: &[String]) -> Option<&String> {
+    use std::hash::BuildHasher;
+    if keys.is_empty() {
+        return None;
+    }
+    let random = std::collections::hash_map::RandomState::new().hash_one(std::time::Instant::now());
+    keys.get((random % keys.len() as u64) as usize)
 }
 
 /// The delivery number: from the queue (chain), the attempt header (republish), or the broker's

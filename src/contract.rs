@@ -99,11 +99,24 @@ pub struct AttemptRule {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Retry {
+    /// With jitter, the first bucket's: the shortest wait.
     pub wait_queue: QueueName,
     pub delay: String,
     pub delay_ms: u64,
     /// The queue the next delivery comes from.
     pub redelivered_from: QueueName,
+    /// With jitter: every bucket of the hop, one of which the consumer picks at random.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub buckets: Vec<Bucket>,
+}
+
+/// One of a jittered hop's wait queues, and the routing key that reaches it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Bucket {
+    pub routing_key: String,
+    pub wait_queue: QueueName,
+    pub delay: String,
+    pub delay_ms: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -114,7 +127,12 @@ pub enum Action {
     /// was not returned. If it is returned or nacked, do not ack: reject with requeue.
     Publish {
         exchange: ExchangeName,
+        /// With jitter, the first of `routing_keys`.
         routing_key: String,
+        /// With jitter: pick one of these at random, uniformly, for each copy, so that the
+        /// messages of one outage do not all come back in the same second.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        routing_keys: Vec<String>,
         headers: BTreeMap<String, i64>,
         mandatory: bool,
         confirm: bool,
@@ -130,10 +148,14 @@ pub enum Action {
 impl Action {
     pub fn describe(&self) -> String {
         match self {
-            Action::Publish { exchange, routing_key, headers, .. } => {
+            Action::Publish { exchange, routing_key, routing_keys, headers, .. } => {
                 let headers: String = headers.iter().map(|(k, v)| format!(", header {k}={v}")).collect();
+                let key = match routing_keys.as_slice() {
+                    [] => format!("routing key `{routing_key}`"),
+                    keys => format!("a routing key picked at random from `{}`", keys.join("`, `")),
+                };
                 format!(
-                    "publish a copy to exchange `{exchange}` with routing key `{routing_key}`{headers}, mandatory and confirmed; then ack"
+                    "publish a copy to exchange `{exchange}` with {key}{headers}, mandatory and confirmed; then ack"
                 )
             }
             Action::Reject { requeue: false, .. } => "reject (requeue=false)".to_string(),
@@ -154,16 +176,33 @@ pub fn contract(t: &Topology) -> Contract {
     let attempts = (1..=t.max_attempts)
         .map(|attempt| {
             let last = attempt == t.max_attempts;
+            let buckets: Vec<Bucket> = match (t.jitter, last) {
+                (Some(_), false) => t
+                    .bucket_delays(attempt)
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, delay)| Bucket {
+                        routing_key: t.bucket_key(attempt, i as u32 + 1),
+                        wait_queue: t.wait_queue_for(attempt, delay),
+                        delay: format_duration(delay),
+                        delay_ms: delay.as_millis() as u64,
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            };
+            let routing_keys: Vec<String> = buckets.iter().map(|b| b.routing_key.clone()).collect();
             let retry = (!last).then(|| Retry {
                 wait_queue: t.wait_queue(attempt),
                 delay: format_duration(t.delay(attempt)),
                 delay_ms: t.delay(attempt).as_millis() as u64,
                 redelivered_from: t.work_queue(attempt + 1),
+                buckets: buckets.clone(),
             });
             let on_failure = match (t.strategy, last) {
                 (Strategy::Republish, false) => Action::Publish {
                     exchange: t.retry_exchange.clone(),
-                    routing_key: attempt.to_string(),
+                    routing_key: t.bucket_key(attempt, 1),
+                    routing_keys,
                     headers: BTreeMap::from([(ATTEMPT_HEADER.to_string(), i64::from(attempt) + 1)]),
                     mandatory: true,
                     confirm: true,
@@ -197,6 +236,7 @@ pub fn contract(t: &Topology) -> Contract {
             Action::Publish {
                 exchange: t.dead_letter_exchange.clone(),
                 routing_key: t.dead_letter_queue.to_string(),
+                routing_keys: Vec::new(),
                 headers: BTreeMap::new(),
                 mandatory: true,
                 confirm: true,
@@ -286,6 +326,41 @@ mod tests {
             .collect()
     }
 
+    #[test]
+    fn jittered_republish_offers_every_bucket_and_each_key_reaches_its_wait_queue_only() {
+        let t = topology(
+            "[topology.orders]\ndelays = [\"10s\", \"1m\"]\nmax_attempts = 3\njitter = 0.3\njitter_buckets = 4\n",
+        );
+        let c = compile_topology(&t);
+        let k = contract(&t);
+        for rule in &k.attempts[..2] {
+            let Action::Publish { exchange, routing_key, routing_keys, .. } = &rule.on_failure else {
+                panic!("{:?}", rule.on_failure)
+            };
+            let retry = rule.retry.as_ref().unwrap();
+            assert_eq!(routing_keys.len(), 4);
+            assert_eq!(routing_key, &routing_keys[0]);
+            let base = t.delay(rule.attempt).as_millis() as u64;
+            for (key, bucket) in routing_keys.iter().zip(&retry.buckets) {
+                assert_eq!(key, &bucket.routing_key);
+                assert_eq!(routes(&c, exchange, key), [bucket.wait_queue.to_string()], "{key}");
+                let ttl = arg(queue(&c, &bucket.wait_queue), "x-message-ttl");
+                assert_eq!(ttl, Some(&ArgValue::Int(bucket.delay_ms as i64)));
+                assert!((base..=base * 13 / 10).contains(&bucket.delay_ms), "{} outside the spread", bucket.delay_ms);
+                // Back where it came from, through the return binding: never anywhere else.
+                assert_eq!(dead_letter_route(&c, &bucket.wait_queue), "orders");
+            }
+            let delays: Vec<u64> = retry.buckets.iter().map(|b| b.delay_ms).collect();
+            assert_eq!(delays.first(), Some(&base));
+            assert_eq!(delays.last(), Some(&(base * 13 / 10)));
+        }
+        // Without jitter, nothing changes: one key per hop, no buckets.
+        let plain = contract(&topology("[topology.orders]\ndelays = [\"10s\"]\n"));
+        let Action::Publish { routing_key, routing_keys, .. } = &plain.attempts[0].on_failure else { panic!() };
+        assert_eq!((routing_key.as_str(), routing_keys.len()), ("1", 0));
+        assert!(plain.attempts[0].retry.as_ref().unwrap().buckets.is_empty());
+    }
+
     /// The one queue a message rejected (or expired) from `queue` dead-letters into, per the model.
     fn dead_letter_route(c: &CompiledTopology, queue_name: &str) -> String {
         let q = queue(c, queue_name);
@@ -351,6 +426,7 @@ mod tests {
                 remove_properties,
                 then,
                 reaches,
+                ..
             } = &rule.on_failure
             else {
                 panic!("attempt {n}: want a publish, got {:?}", rule.on_failure);

@@ -17,6 +17,7 @@ pub mod ops;
 pub mod output;
 pub mod plan;
 pub mod policy;
+pub mod schedule;
 pub mod spec;
 pub mod version;
 

@@ -11,6 +11,7 @@ pub mod graph;
 pub mod inspect;
 pub mod lint;
 pub mod man;
+pub mod schedule;
 pub mod schema;
 
 use std::path::PathBuf;
@@ -33,6 +34,7 @@ Examples:
   hopper apply --dry-run topologies/         the plan against the live broker
   hopper apply topologies/                   converge the broker to the spec
   hopper lint topologies/                    message-loss hazards in the spec, offline
+  hopper schedule topologies/                each hop's delay range, when a failing message is parked, what it costs
   hopper inspect --vhost /                   where messages go on the live broker, and every hazard
   hopper graph topologies/ | dot -Tsvg       exchanges, queues, bindings and dead-letter routes
   hopper config show --context prod          the broker settings a run would use, and where each came from
@@ -97,6 +99,7 @@ pub enum Command {
     Graph(graph::Args),
     Inspect(inspect::Args),
     Lint(lint::Args),
+    Schedule(schedule::Args),
     Schema(schema::Args),
     Completions(completions::Args),
     Man(man::Args),
@@ -123,6 +126,7 @@ impl Command {
             Command::Graph(_) => "graph",
             Command::Inspect(_) => "inspect",
             Command::Lint(_) => "lint",
+            Command::Schedule(_) => "schedule",
             Command::Schema(_) => "schema",
             Command::Completions(_) => "completions",
             Command::Man(_) => "man",
@@ -139,7 +143,8 @@ impl Command {
             | Command::Contract(_)
             | Command::Diff(_)
             | Command::Inspect(_)
-            | Command::Lint(_) => (BOTH, ""),
+            | Command::Lint(_)
+            | Command::Schedule(_) => (BOTH, ""),
             Command::Export(_) => (&[Format::Json], "it prints RabbitMQ definitions, which are JSON"),
             Command::Schema(_) => (&[Format::Json], "it prints a JSON Schema"),
             Command::Graph(_) => (&[], "it draws DOT or Mermaid: choose with --style"),
@@ -299,6 +304,7 @@ pub fn run(cli: Cli) -> Result<Exit> {
         Command::Graph(args) => graph::run(args),
         Command::Inspect(args) => inspect::run(args, cli.format),
         Command::Lint(args) => lint::run(args, cli.format),
+        Command::Schedule(args) => schedule::run(args, cli.format),
         Command::Schema(args) => schema::run(args),
         Command::Completions(args) => completions::run(args),
         Command::Man(args) => man::run(args),

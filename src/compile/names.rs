@@ -18,7 +18,13 @@ impl Topology {
     /// The queue a message waits in after failing delivery number `hop`: with native retry, the
     /// main queue itself holds it back.
     pub fn wait_queue(&self, hop: u32) -> QueueName {
-        let delay = format_duration(self.delay(hop));
+        self.wait_queue_for(hop, self.delay(hop))
+    }
+
+    /// The wait queue of hop `hop` that holds messages for `delay` (with jitter, a hop has one
+    /// per bucket).
+    pub fn wait_queue_for(&self, hop: u32, delay: std::time::Duration) -> QueueName {
+        let delay = format_duration(delay);
         match self.strategy {
             Strategy::Republish => QueueName::new(format!("{}.wait-{delay}", self.queue)),
             Strategy::Chain => QueueName::new(format!("{}.hop-{hop}.wait-{delay}", self.queue)),

@@ -18,23 +18,32 @@ pub(super) fn compile(t: &Topology, objects: &mut Vec<Object>) {
     if t.hops() == 0 {
         return;
     }
-    // One wait queue per distinct delay: a queue with one TTL releases messages in order.
-    let mut waits: Vec<(QueueName, Vec<u32>, std::time::Duration)> = Vec::new();
+    // One wait queue per distinct delay: a queue with one TTL releases messages in order. With
+    // jitter a hop has a delay per bucket, each bound with its own routing key.
+    let mut waits: Vec<(QueueName, Vec<u32>, std::time::Duration, Vec<String>)> = Vec::new();
     for hop in 1..=t.hops() {
-        let name = t.wait_queue(hop);
-        match waits.iter_mut().find(|(n, _, _)| *n == name) {
-            Some((_, hops, _)) => hops.push(hop),
-            None => waits.push((name, vec![hop], t.delay(hop))),
+        for (i, delay) in t.bucket_delays(hop).into_iter().enumerate() {
+            let name = t.wait_queue_for(hop, delay);
+            let key = t.bucket_key(hop, i as u32 + 1);
+            match waits.iter_mut().find(|(n, _, _, _)| *n == name) {
+                Some((_, hops, _, keys)) => {
+                    if !hops.contains(&hop) {
+                        hops.push(hop);
+                    }
+                    keys.push(key);
+                }
+                None => waits.push((name, vec![hop], delay, vec![key])),
+            }
         }
     }
     objects.push(exchange(&t.retry_exchange, ExchangeType::Direct));
     objects.push(binding(&t.retry_exchange, &t.queue, &t.return_key(1)));
-    for (name, hops, delay) in &waits {
+    for (name, hops, delay, _) in &waits {
         objects.push(Object::Queue(wait_queue(t, name.clone(), hops.clone(), *delay, &t.return_key(1))));
     }
-    for (name, hops, _) in &waits {
-        for hop in hops {
-            objects.push(binding(&t.retry_exchange, name, &hop.to_string()));
+    for (name, _, _, keys) in &waits {
+        for key in keys {
+            objects.push(binding(&t.retry_exchange, name, key));
         }
     }
 }

@@ -53,10 +53,26 @@ pub struct Topology {
     pub dead_letter_queue: QueueName,
     /// As the spec sets it (quorum queues only); see `effective_delivery_limit`.
     pub delivery_limit: Option<i64>,
+    /// Each hop's delay spread over `[delay, delay * (1 + fraction)]` (republish only).
+    pub jitter: Option<Jitter>,
     /// The file that defines the topology.
     #[serde(skip)]
     pub file: PathBuf,
 }
+
+/// Jitter: each hop's delay becomes `buckets` delays spread evenly over
+/// `[delay, delay * (1 + fraction)]`, one wait queue each; the consumer picks one at random.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Jitter {
+    pub fraction: f64,
+    pub buckets: u32,
+}
+
+/// Wait queues per hop when the spec sets jitter without `jitter_buckets`: five delays 7.5% of
+/// the delay apart at jitter 0.3, enough that a burst leaves in five waves, few enough queues.
+pub const DEFAULT_JITTER_BUCKETS: u32 = 5;
+/// At most this many wait queues per hop: more spreads no better than the consumer's own timing.
+pub const MAX_JITTER_BUCKETS: u32 = 20;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -165,9 +181,35 @@ impl Topology {
         self.max_attempts - 1
     }
 
-    /// The delay before retry hop `hop` (1-based).
+    /// The delay before retry hop `hop` (1-based); with jitter, the shortest of its buckets.
     pub fn delay(&self, hop: u32) -> Duration {
         self.hop_delays[hop as usize - 1]
+    }
+
+    /// Hop `hop`'s delays, one per wait queue: `[delay]` without jitter; with it, `buckets`
+    /// delays from `delay` to `delay * (1 + fraction)`, evenly spaced, in whole milliseconds
+    /// (equal ones merged: a spread narrower than the bucket count has fewer buckets).
+    pub fn bucket_delays(&self, hop: u32) -> Vec<Duration> {
+        let base = self.delay(hop);
+        let Some(j) = self.jitter else { return vec![base] };
+        let ms = base.as_millis() as f64;
+        let mut delays: Vec<Duration> = (0..j.buckets)
+            .map(|i| {
+                let spread = j.fraction * f64::from(i) / f64::from(j.buckets.max(2) - 1);
+                Duration::from_millis((ms * (1.0 + spread)).round() as u64)
+            })
+            .collect();
+        delays.dedup();
+        delays
+    }
+
+    /// The retry exchange's routing key for bucket `bucket` (1-based) of hop `hop`: the hop's
+    /// number without jitter, `<hop>.<bucket>` with it.
+    pub fn bucket_key(&self, hop: u32, bucket: u32) -> String {
+        match self.jitter {
+            None => hop.to_string(),
+            Some(_) => format!("{hop}.{bucket}"),
+        }
     }
 
     /// The `x-delivery-limit` of the queues consumers read: the spec's, or hopper's default on

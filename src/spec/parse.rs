@@ -51,6 +51,8 @@ pub(super) struct Fields {
     pub dead_letter_exchange: Option<Loc<String>>,
     pub dead_letter_queue: Option<Loc<String>>,
     pub delivery_limit: Option<Loc<i64>>,
+    pub jitter: Option<Loc<f64>>,
+    pub jitter_buckets: Option<Loc<i64>>,
     /// Keys whose value was wrong and already reported: their absence must not be reported again.
     pub invalid: BTreeSet<&'static str>,
 }
@@ -74,6 +76,8 @@ impl Fields {
             dead_letter_exchange: self.dead_letter_exchange.or_else(|| defaults.dead_letter_exchange.clone()),
             dead_letter_queue: self.dead_letter_queue.or_else(|| defaults.dead_letter_queue.clone()),
             delivery_limit: self.delivery_limit.or_else(|| defaults.delivery_limit.clone()),
+            jitter: self.jitter.or_else(|| defaults.jitter.clone()),
+            jitter_buckets: self.jitter_buckets.or_else(|| defaults.jitter_buckets.clone()),
             invalid: self.invalid.union(&defaults.invalid).copied().collect(),
         }
     }
@@ -96,6 +100,7 @@ pub(super) struct Inherited {
     pub delays: bool,
     pub routing_keys: bool,
     pub delivery_limit: bool,
+    pub jitter: bool,
 }
 
 /// Key, what its value must be, and an example to show in a hint.
@@ -113,6 +118,8 @@ const TOPOLOGY_KEYS: &[(&str, &str, &str)] = &[
     ("dead_letter_exchange", "a string", r#"dead_letter_exchange = "orders.dlx""#),
     ("dead_letter_queue", "a string", r#"dead_letter_queue = "orders.dlq""#),
     ("delivery_limit", "an integer", "delivery_limit = 20"),
+    ("jitter", "a number", "jitter = 0.3  # each hop's delay spread over [delay, delay * 1.3]"),
+    ("jitter_buckets", "an integer", "jitter_buckets = 5"),
 ];
 
 const TOP_LEVEL_KEYS: &[(&str, &str, &str)] = &[
@@ -188,6 +195,7 @@ pub(super) fn parse_file(file: FileId, text: &str, diags: &mut Vec<Diagnostic>) 
             delays: own.delays.is_none() && own.backoff.is_none() && defaults.delays.is_some(),
             routing_keys: own.routing_keys.is_none() && defaults.routing_keys.is_some(),
             delivery_limit: own.delivery_limit.is_none() && defaults.delivery_limit.is_some(),
+            jitter: own.jitter.is_none() && defaults.jitter.is_some(),
         };
         drafts.push(Draft { name, vhost: vhost.clone(), fields: own.or(&defaults), inherited });
     }
@@ -364,6 +372,8 @@ impl Parser<'_> {
                 "dead_letter_queue" => f.dead_letter_queue = self.string(key, value, k),
                 "max_attempts" => f.max_attempts = self.integer(key, value, k),
                 "delivery_limit" => f.delivery_limit = self.integer(key, value, k),
+                "jitter" => f.jitter = self.number(key, value, k),
+                "jitter_buckets" => f.jitter_buckets = self.integer(key, value, k),
                 "routing_keys" => {
                     if let Some(items) = self.array(key, value, "an array of strings") {
                         let keys: Option<Vec<_>> = items.iter().map(|v| self.string(key, v, k)).collect();

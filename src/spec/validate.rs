@@ -5,7 +5,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::parse::{Draft, Loc};
-use super::{ExchangeType, MAX_ATTEMPTS, MAX_TTL_MS, QueueType, Strategy, Topology};
+use super::{
+    DEFAULT_JITTER_BUCKETS, ExchangeType, Jitter, MAX_ATTEMPTS, MAX_JITTER_BUCKETS, MAX_TTL_MS, QueueType, Strategy,
+    Topology,
+};
 use crate::diagnostic::Diagnostic;
 use crate::model::{QueueName, Role, is_unsafe_char};
 
@@ -255,18 +258,34 @@ fn topology(
         check_native(&f, queue_type, &hop_delays, diags);
     }
     // A wait queue returns a message through the retry exchange with the main queue's name as
-    // routing key, and hops are routed by their number: a main queue named like a number would
-    // also receive, at once, every retry of that hop.
-    if strategy == Strategy::Republish
-        && hops > 0
-        && !queue.value.is_empty()
-        && queue.value.bytes().all(|b| b.is_ascii_digit())
-    {
+    // routing key, and hops are routed by their number (`<hop>.<bucket>` with jitter): a main
+    // queue named like one would also receive, at once, every retry of that hop.
+    let number = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+    let like_a_hop = match queue.value.split_once('.') {
+        None => number(&queue.value),
+        Some((hop, bucket)) => number(hop) && number(bucket),
+    };
+    if strategy == Strategy::Republish && hops > 0 && like_a_hop {
         diags.push(
             queue
                 .diag(format!("the main queue is named `{}`, like a hop number", queue.value))
                 .label("a number")
                 .hint("the retry exchange routes hop numbers to wait queues and the main queue's name back to it: a queue named like a number would also receive that hop's retries at once; choose another name"),
+        );
+    }
+
+    let jitter = jitter(&f, strategy, draft.inherited.jitter, name, diags);
+    if let (Some(j), Some(longest), Some(loc)) = (jitter, hop_delays.iter().max(), &f.jitter)
+        && longest.as_millis() as f64 * (1.0 + j.fraction) > MAX_TTL_MS as f64
+    {
+        diags.push(
+            loc.diag(format!(
+                "with jitter {} the longest hop ({}) would wait longer than RabbitMQ's largest TTL (10 years)",
+                j.fraction,
+                super::format_duration(*longest)
+            ))
+            .label("too long")
+            .hint("RabbitMQ refuses an x-message-ttl above 315360000000 ms; lower the jitter or the delay"),
         );
     }
 
@@ -340,6 +359,7 @@ fn topology(
         dead_letter_exchange: dead_letter_exchange.value.as_str().into(),
         dead_letter_queue: dead_letter_queue.value.as_str().into(),
         delivery_limit,
+        jitter,
         file: sources.path(name.file).to_path_buf(),
     };
     Placed {
@@ -512,6 +532,74 @@ fn check_native(f: &super::parse::Fields, queue_type: QueueType, hop_delays: &[D
                 super::format_duration(*max)
             )),
     );
+}
+
+/// `jitter` and `jitter_buckets`, checked: a fraction in [0, 1] (0: none, so that a default can
+/// be overridden), republish only, since only a consumer can pick a wait queue at random.
+fn jitter(
+    f: &super::parse::Fields,
+    strategy: Strategy,
+    inherited: bool,
+    name: &Loc<String>,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<Jitter> {
+    let buckets = match &f.jitter_buckets {
+        None => DEFAULT_JITTER_BUCKETS,
+        Some(b) if (2..=i64::from(MAX_JITTER_BUCKETS)).contains(&b.value) => b.value as u32,
+        Some(b) => {
+            diags.push(
+                b.diag(format!("`jitter_buckets` = {} is outside 2..={MAX_JITTER_BUCKETS}", b.value))
+                    .label("out of range")
+                    .hint(format!(
+                        "each bucket is a wait queue per hop; {DEFAULT_JITTER_BUCKETS} spreads a burst in {DEFAULT_JITTER_BUCKETS} waves"
+                    )),
+            );
+            DEFAULT_JITTER_BUCKETS
+        }
+    };
+    let Some(j) = &f.jitter else {
+        if let Some(b) = &f.jitter_buckets {
+            diags.push(
+                b.diag("`jitter_buckets` without `jitter`")
+                    .label("nothing to spread")
+                    .hint("set the spread too, for example jitter = 0.3, or remove jitter_buckets"),
+            );
+        }
+        return None;
+    };
+    if !(0.0..=1.0).contains(&j.value) {
+        diags.push(
+            j.diag(format!("`jitter` = {} is outside 0..=1", j.value))
+                .label("out of range")
+                .hint("a fraction of each hop's delay: jitter = 0.3 spreads a 10s hop over 10s to 13s; 0 turns it off"),
+        );
+        return None;
+    }
+    if j.value == 0.0 {
+        return None;
+    }
+    let refusal = match strategy {
+        Strategy::Republish => None,
+        Strategy::Chain => Some((
+            "strategy \"chain\" cannot spread its retries",
+            "in chain the broker dead-letters a failed message to one wait queue per hop and cannot pick one at random (a consistent-hash exchange would spread by message, not at random, and needs a plugin hopper does not check); use strategy = \"republish\", where the consumer picks a wait queue at random, or jitter = 0",
+        )),
+        Strategy::Native => Some((
+            "strategy \"native\" cannot spread its retries",
+            "RabbitMQ 4.3's delayed retry waits min x n, capped at max, the same for every message; use strategy = \"republish\" for jitter, or jitter = 0",
+        )),
+    };
+    if let Some((message, hint)) = refusal {
+        let diag = if inherited {
+            name.diag(format!("topology `{}` inherits `jitter` from [defaults], but {message}", name.value))
+                .label("jitter inherited")
+        } else {
+            j.diag(message).label("jitter")
+        };
+        diags.push(diag.hint(hint));
+        return None;
+    }
+    Some(Jitter { fraction: j.value, buckets })
 }
 
 /// How a diagnostic names an unsafe character.

@@ -273,7 +273,73 @@ async fn delay_change(broker: Broker, strategy: &str) {
     assert_eq!(deleted[0]["queue"], old_wait, "{deleted:#?}");
 }
 
+/// Jitter, with real messages: 400 messages failed at the same instant come back spread over
+/// the hop's buckets (each used, a histogram printed), each after at least its bucket's TTL, and
+/// each is still delivered exactly max_attempts times and parked once. diff and lint know the
+/// buckets.
+async fn jittered_retries_spread(broker: Broker) {
+    let vhost = Vhost::new(broker, "flow-jitter").await;
+    let spec = vhost.spec(
+        "orders.toml",
+        r#"
+        [topology.orders]
+        delays = ["1s"]
+        max_attempts = 3
+        jitter = 1.0
+        jitter_buckets = 5
+        "#,
+    );
+    let spec = spec.to_str().unwrap();
+    assert_eq!(vhost.hopper(&["apply", spec]).status.code(), Some(0));
+    assert_eq!(vhost.json(&["diff", spec]).0, Some(0), "diff knows the buckets");
+    assert_eq!(vhost.hopper(&["lint", spec]).status.code(), Some(0), "lint finds nothing wrong with them");
+    let buckets: BTreeMap<String, u64> =
+        [("1s", 1000), ("1250ms", 1250), ("1500ms", 1500), ("1750ms", 1750), ("2s", 2000)]
+            .into_iter()
+            .map(|(d, ms)| (format!("orders.wait-{d}"), ms))
+            .collect();
+
+    let contract = contract_of(&vhost, std::path::Path::new(spec));
+    let (consumer, log, task) = failing_consumer(&vhost, &contract).await;
+    let admin = vhost.connect().await;
+    let ids: Vec<String> = (0..400).map(|i| format!("burst-{i:03}")).collect();
+    support::publish(&admin, "orders", "orders", &ids).await;
+    support::wait_for_count(&admin, "orders.dlq", ids.len() as u32, Duration::from_secs(120)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    consumer.close(200, "done".into()).await.unwrap();
+    let _ = task.await;
+
+    let log = log.lock().unwrap().clone();
+    assert_eq!(log.keys().cloned().collect::<Vec<_>>(), ids, "every message and only them");
+    let mut histogram: BTreeMap<u64, usize> = BTreeMap::new();
+    for (id, seen) in &log {
+        assert_eq!(
+            seen.iter().map(|s| s.attempt).collect::<Vec<_>>(),
+            [1, 2, 3],
+            "{id}: exactly max_attempts deliveries"
+        );
+        for k in 1..seen.len() {
+            // The most recent death names the bucket this retry waited in.
+            let (queue, reason) = seen[k].deaths.first().cloned().expect("a retried message has an x-death");
+            assert_eq!(reason, "expired", "{id}");
+            let ttl =
+                *buckets.get(&queue).unwrap_or_else(|| panic!("{id} waited in {queue}, not one of the hop's buckets"));
+            *histogram.entry(ttl).or_default() += 1;
+            // The broker stamps and expires in whole milliseconds of its own clock: a retry may
+            // come back up to a few ms before a full TTL of ours has passed, never a bucket early.
+            let waited = seen[k].at - seen[k - 1].at + Duration::from_millis(10);
+            assert!(waited >= Duration::from_millis(ttl), "{id}: waited {waited:?} in {queue}, less than its TTL");
+        }
+    }
+    eprintln!("retries per bucket (TTL ms: count): {histogram:?}");
+    assert_eq!(histogram.len(), buckets.len(), "each bucket used: {histogram:?}");
+    assert_eq!(histogram.values().sum::<usize>(), 800);
+    let parked = support::drain(&admin, "orders.dlq").await;
+    assert_eq!(parked.len(), ids.len(), "each message parked exactly once");
+}
+
 on_every_broker!(
+    jittered_retries_spread,
     republish_quorum = every_hop("republish", "quorum"),
     republish_classic = every_hop("republish", "classic"),
     chain_quorum = every_hop("chain", "quorum"),
