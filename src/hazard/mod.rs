@@ -8,7 +8,7 @@ use serde::Serialize;
 
 pub use rules::{Rule, Severity};
 
-use crate::model::{ExchangeName, QueueName, RoleKind};
+use crate::model::{ArgValue, ExchangeName, QueueName, RoleKind};
 use crate::network::{DeadLetter, End, Network, Reason};
 use crate::policy::{Effective, Setting, Source};
 use crate::version::DeliveryCount;
@@ -98,6 +98,7 @@ pub fn check(n: &Network) -> Vec<Finding> {
         out.extend(delivery_limit_drops(&s));
         out.extend(redeliveries_unbounded(&s));
         out.extend(dead_letter_queue_not_terminal(&s));
+        out.extend(schedule_outlives_ttl(&s));
     }
     dead_letter_cycles(n, &mut out);
     out.sort_by(|a, b| {
@@ -361,6 +362,36 @@ fn redeliveries_unbounded(s: &Subject) -> Option<Finding> {
     ))
 }
 
+/// schedule-outlives-ttl: a queue with native delayed retry (RabbitMQ 4.3) holds a message
+/// through every retry; its message TTL (argument or policy) shorter than the whole schedule,
+/// min × n capped at max for each retry the delivery limit allows, cuts the retries short.
+fn schedule_outlives_ttl(s: &Subject) -> Option<Finding> {
+    let args = &s.q.arguments;
+    let int = |key: &str| match args.get(key) {
+        Some(ArgValue::Int(n)) => Some(*n),
+        _ => None,
+    };
+    if args.get("x-delayed-retry-type").and_then(ArgValue::as_str).is_none_or(|t| t == "disabled") {
+        return None;
+    }
+    let (min, max) = (int("x-delayed-retry-min")?, int("x-delayed-retry-max").unwrap_or(i64::MAX));
+    let retries = s.n.delivery_limit(s.name)?.min(UNREACHABLE_DELIVERY_LIMIT);
+    let schedule: i64 = (1..=retries).map(|n| min.saturating_mul(n).min(max)).fold(0, i64::saturating_add);
+    let ttl = s.n.setting(s.name, Setting::MessageTtl)?;
+    let ArgValue::Int(ttl_ms) = ttl.value else { return None };
+    (ttl_ms < schedule).then(|| {
+        Finding::on(
+            Rule::ScheduleOutlivesTtl,
+            s.name,
+            format!(
+                "`{}` expires its messages after {ttl_ms} ms{}, but its {retries} delayed retries take {schedule} ms: a message that keeps failing expires before its last attempt",
+                s.name,
+                source(&ttl)
+            ),
+        )
+    })
+}
+
 /// argument-refused-by-broker: arguments the broker's release no longer declares.
 fn arguments_refused(s: &Subject) -> Vec<Finding> {
     s.q.arguments
@@ -464,6 +495,22 @@ mod tests {
     fn lint(toml: &str) -> Vec<Finding> {
         let c = compile(&spec::from_str("t.toml", toml).unwrap_or_else(|e| panic!("{}", e.render_plain())));
         check(&Network::from_compiled(&c.iter().collect::<Vec<_>>(), crate::version::CURRENT))
+    }
+
+    #[test]
+    fn a_ttl_shorter_than_a_native_schedule_is_found() {
+        let toml = "[topology.orders]\nstrategy = \"native\"\nbackoff = { initial = \"1s\", max = \"3s\", shape = \"linear\" }\nmax_attempts = 5\n";
+        let c = compile(&spec::from_str("t.toml", toml).unwrap_or_else(|e| panic!("{}", e.render_plain())));
+        let mut n = Network::from_compiled(&c.iter().collect::<Vec<_>>(), crate::version::CURRENT);
+        assert_eq!(check(&n), vec![], "hopper's own native topology is clean");
+        // Retries wait 1 + 2 + 3 + 3 = 9 s: a TTL of 8 s cuts the last one short, 9 s does not.
+        let q = n.queues.get_mut("orders").unwrap();
+        q.arguments.insert("x-message-ttl", ArgValue::Int(8_000));
+        let findings = check(&n);
+        assert_eq!(findings.iter().map(|f| f.rule).collect::<Vec<_>>(), [Rule::ScheduleOutlivesTtl], "{findings:#?}");
+        assert!(findings[0].message.contains("4 delayed retries take 9000 ms"), "{}", findings[0].message);
+        n.queues.get_mut("orders").unwrap().arguments.insert("x-message-ttl", ArgValue::Int(9_000));
+        assert_eq!(check(&n), vec![]);
     }
 
     #[test]

@@ -27,10 +27,11 @@ pub enum Rule {
     DeadLetterRoutingKeyMissing,
     RedeliveriesUnbounded,
     ArgumentRefusedByBroker,
+    ScheduleOutlivesTtl,
 }
 
 impl Rule {
-    pub const ALL: [Rule; 16] = [
+    pub const ALL: [Rule; 17] = [
         Rule::DeadLetterExchangeMissing,
         Rule::DeadLettersUnroutable,
         Rule::DeadLettersFanOut,
@@ -47,6 +48,7 @@ impl Rule {
         Rule::DeadLetterRoutingKeyMissing,
         Rule::RedeliveriesUnbounded,
         Rule::ArgumentRefusedByBroker,
+        Rule::ScheduleOutlivesTtl,
     ];
 
     /// The id shown in brackets and in JSON.
@@ -68,14 +70,16 @@ impl Rule {
             Rule::DeadLetterRoutingKeyMissing => "dead-letter-routing-key-missing",
             Rule::RedeliveriesUnbounded => "redeliveries-unbounded",
             Rule::ArgumentRefusedByBroker => "argument-refused-by-broker",
+            Rule::ScheduleOutlivesTtl => "schedule-outlives-ttl",
         }
     }
 
     pub fn severity(self) -> Severity {
         match self {
-            Rule::WaitQueueWithConsumers | Rule::DeadLetterRoutingKeyMissing | Rule::RedeliveriesUnbounded => {
-                Severity::Warning
-            }
+            Rule::WaitQueueWithConsumers
+            | Rule::DeadLetterRoutingKeyMissing
+            | Rule::RedeliveriesUnbounded
+            | Rule::ScheduleOutlivesTtl => Severity::Warning,
             _ => Severity::Error,
         }
     }
@@ -125,6 +129,9 @@ impl Rule {
             }
             Rule::RedeliveriesUnbounded => {
                 "Before RabbitMQ 4.0 a quorum queue has no delivery limit unless one is set: a message a consumer requeues, or whose consumer crashes, comes back forever and no dead-letter queue ever sees it."
+            }
+            Rule::ScheduleOutlivesTtl => {
+                "With native delayed retry a message stays in its queue through every retry, and its TTL counts from its first arrival: a TTL shorter than the retry schedule expires it before its last attempt."
             }
             Rule::ArgumentRefusedByBroker => {
                 "RabbitMQ 4.3 refuses to declare a queue with x-queue-version = 1 or x-queue-master-locator: a queue that has one cannot be declared again, by a redeploy, an import or a client."
