@@ -338,8 +338,53 @@ async fn jittered_retries_spread(broker: Broker) {
     assert_eq!(parked.len(), ids.len(), "each message parked exactly once");
 }
 
+/// Changing jitter on a live topology is a delay change per bucket: new buckets are created and
+/// bound first, old ones keep what they hold until their TTL hands it back, then go.
+async fn jitter_change_keeps_waiting_messages(broker: Broker) {
+    let vhost = Vhost::new(broker, "jitter-change").await;
+    let topology = |jitter: &str, buckets: u32| {
+        format!(
+            "[topology.orders]\ndelays = [\"2s\"]\nmax_attempts = 2\njitter = {jitter}\njitter_buckets = {buckets}\n"
+        )
+    };
+    let spec = vhost.spec("orders.toml", &topology("0.5", 3));
+    let spec = spec.to_str().unwrap();
+    assert_eq!(vhost.hopper(&["apply", spec]).status.code(), Some(0));
+    let admin = vhost.connect().await;
+    let mut ids = Vec::new();
+    // As a consumer's copies would: waiting in each of the three buckets (2s, 2.5s, 3s).
+    for bucket in 1..=3 {
+        let batch: Vec<String> = (0..10).map(|i| format!("bucket-{bucket}-{i}")).collect();
+        support::publish(&admin, "orders.retry", &format!("1.{bucket}"), &batch).await;
+        ids.extend(batch);
+    }
+    vhost.spec("orders.toml", &topology("0.2", 2));
+    let (code, report) = vhost.json(&["apply", "--prune", spec]);
+    assert_eq!(code, Some(0), "{report:#}");
+    let steps = support::steps(&report);
+    support::one(steps, &json!({"action": "create", "object": {"object": "queue", "name": "orders.wait-2400ms"}}));
+    support::none(steps, &json!({"action": "delete"}));
+    // Every waiting message comes back to the main queue; then the old buckets go.
+    support::wait_for_count(&admin, "orders", ids.len() as u32, Duration::from_secs(30)).await;
+    let start = Instant::now();
+    loop {
+        vhost.hopper(&["apply", "--prune", spec]);
+        if vhost.json(&["diff", spec]).0 == Some(0) {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "the old buckets were never pruned");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let mut back: Vec<String> =
+        support::drain(&admin, "orders").await.iter().map(|m| support::message_id(&m.delivery.properties)).collect();
+    back.sort();
+    ids.sort();
+    assert_eq!(back, ids, "every waiting message back once");
+}
+
 on_every_broker!(
     jittered_retries_spread,
+    jitter_change_keeps_waiting_messages,
     republish_quorum = every_hop("republish", "quorum"),
     republish_classic = every_hop("republish", "classic"),
     chain_quorum = every_hop("chain", "quorum"),
