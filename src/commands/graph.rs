@@ -48,7 +48,11 @@ pub fn run(args: Args) -> Result<Exit> {
     let networks: Vec<(String, Network)> = if args.live {
         let vhost = args.broker.vhost(args.vhost.as_deref())?;
         let endpoint = args.broker.endpoint()?;
-        let live = ops::runtime()?.block_on(crate::broker::http::read(&endpoint, &vhost))?;
+        let live = ops::runtime()?.block_on(crate::broker::http::read(
+            &endpoint,
+            &vhost,
+            crate::broker::http::Stats::Counted,
+        ))?;
         let mut network = Network::from_live(&live);
         // The broker's own exchanges say nothing about where messages go unless something uses
         // them; the default exchange appears on dead-letter edges ("via default exchange").

@@ -181,8 +181,9 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], req
                 (live, ReadFrom::Amqp, Some(note.to_string()))
             } else {
                 crate::output::narrate(|| format!("vhost `{vhost}`: reading it through the management API"));
-                let mut live = http::read(endpoint, vhost).await.map_err(needs_the_api)?;
-                super::exact_counts(&mut session, &mut live, topologies).await?;
+                let mut live = http::read(endpoint, vhost, http::Stats::Skipped).await.map_err(needs_the_api)?;
+                let left_over = super::left_over_queues(&live, topologies);
+                super::count(endpoint, vhost, Some(&mut session), &mut live, &left_over).await?;
                 (live, ReadFrom::ManagementApi, None)
             };
             // A refusal's commands name the management API only where it answered.
@@ -203,6 +204,10 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], req
                 })
                 .collect();
             if !counted.is_empty() {
+                if read_from == ReadFrom::ManagementApi {
+                    super::count(endpoint, vhost, Some(&mut session), &mut live, &counted).await?;
+                }
+                // Consumers exactly, over AMQP: the API would still show a killed run's mover.
                 for name in counted {
                     if let (Some(q), Some((messages, consumers))) =
                         (live.queues.get_mut(&name), session.queue_counts(&name).await?)

@@ -148,18 +148,34 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)]) -> 
         let mut plans = Vec::new();
         for (vhost, topologies) in by_vhost {
             crate::output::narrate(|| format!("vhost `{vhost}`: reading it through the management API"));
-            let mut live = match http::read(endpoint, vhost).await {
+            let mut live = match http::read(endpoint, vhost, http::Stats::Skipped).await {
                 Ok(live) => live,
                 Err(e) => bail!("hopper diff reads the broker through the management API and cannot: {e:#}"),
             };
-            // Exact message counts for left-over queues, when AMQP is reachable too.
-            if amqp_identity.is_some()
-                && let Ok(mut session) = amqp::Session::connect(endpoint, vhost, &http_identity.cluster_name).await
-            {
-                super::exact_counts(&mut session, &mut live, topologies).await?;
+            // Counts only where they matter: left-over queues (what prune would do) and
+            // conflicting ones (what their ways out say), exact over AMQP when it answers.
+            let mut session = match amqp_identity {
+                Some(_) => amqp::Session::connect(endpoint, vhost, &http_identity.cluster_name).await.ok(),
+                None => None,
+            };
+            let left_over = super::left_over_queues(&live, topologies);
+            super::count(endpoint, vhost, session.as_mut(), &mut live, &left_over).await?;
+            let mut plan = plan::plan(vhost, topologies, &live, &options);
+            let conflicting: Vec<_> = plan
+                .conflicts()
+                .filter_map(|s| match s {
+                    Step::Conflict { object: Object::Queue(q), .. } => Some(q.name.clone()),
+                    _ => None,
+                })
+                .collect();
+            if !conflicting.is_empty() {
+                super::count(endpoint, vhost, session.as_mut(), &mut live, &conflicting).await?;
+                plan = plan::plan(vhost, topologies, &live, &options);
+            }
+            if let Some(session) = session {
                 session.close().await;
             }
-            plans.push(plan::plan(vhost, topologies, &live, &options));
+            plans.push(plan);
         }
         Ok(plans)
     })?;

@@ -106,7 +106,7 @@ pub fn run(endpoint: &Endpoint, request: &Request) -> Result<Vec<Report>> {
                 endpoint.username()
             )
         });
-        let live = match runtime.block_on(http::read(endpoint, vhost)) {
+        let live = match runtime.block_on(http::read(endpoint, vhost, http::Stats::Counted)) {
             Ok(live) => live,
             Err(e) => bail!("hopper inspect reads the broker through the management API and cannot: {e:#}"),
         };

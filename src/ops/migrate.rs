@@ -39,7 +39,7 @@ pub async fn migrate(session: &mut Session, endpoint: &Endpoint, vhost: &str, de
     let holding = Queue { name: holding_name.clone(), ..desired.clone() };
     let mut done = Migrated { queue: desired.name.clone(), holding: holding_name.clone(), ..Migrated::default() };
     for _ in 0..MAX_STAGES {
-        let live = http::read(endpoint, vhost).await?;
+        let live = http::read(endpoint, vhost, http::Stats::Skipped).await?;
         let next = stage(desired, live.queues.get(&desired.name), live.queues.get(&holding_name));
         if next == Stage::Done {
             return Ok(done);

@@ -12,8 +12,10 @@ use std::collections::BTreeMap;
 use anyhow::Result;
 
 use crate::broker::amqp::Session;
+use crate::broker::{Endpoint, http};
 use crate::compile::CompiledTopology;
 use crate::live::Live;
+use crate::model::QueueName;
 use crate::plan;
 
 /// The compiled topologies grouped by vhost, in vhost order.
@@ -48,32 +50,46 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
 }
 
-/// The management API's message counts lag by seconds, and a passive declaration does not count
-/// a quorum queue's dead letters still waiting to be confirmed elsewhere: a queue left over by an
-/// earlier spec is judged by the larger of the two.
-pub(crate) async fn exact_counts(
-    session: &mut Session,
-    live: &mut Live,
-    topologies: &[&CompiledTopology],
-) -> Result<()> {
-    // Only left-overs: a queue the spec still has is never pruned, so its count does not matter.
+/// The queues left over by earlier specs: whether `--prune` may delete one depends on its counts.
+pub(crate) fn left_over_queues(live: &Live, topologies: &[&CompiledTopology]) -> Vec<QueueName> {
     let wanted = plan::desired_queues(topologies);
-    for (name, queue) in live.queues.iter_mut() {
-        if wanted.contains(name) || !topologies.iter().any(|t| plan::left_over(&t.topology, name, queue).is_some()) {
-            continue;
-        }
-        match session.queue_counts(name).await {
-            Ok(Some((messages, consumers))) => {
-                queue.messages = Some(messages.max(queue.messages.unwrap_or(0)));
-                queue.consumers = Some(consumers.max(queue.consumers.unwrap_or(0)));
-            }
-            Ok(None) => {}
-            // A user without the configure permission (RabbitMQ 4.3 asks it for a passive
-            // declaration) keeps the management API's counts: prune trusts neither alone, it
-            // deletes only with the broker's own if-empty check or a fresh count.
-            Err(e) if e.downcast_ref::<crate::broker::amqp::AccessRefused>().is_some() => {}
-            Err(e) => return Err(e),
-        }
+    live.queues
+        .iter()
+        .filter(|(name, queue)| {
+            !wanted.contains(*name) && topologies.iter().any(|t| plan::left_over(&t.topology, name, queue).is_some())
+        })
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
+/// Counts for the queues a decision depends on (a reading skips them for the rest), each the
+/// larger of two: the management API's, which lags by seconds but includes a quorum queue's
+/// dead letters still in transit (at-least-once), and a passive declaration's, exact at that
+/// instant, when an AMQP session is at hand.
+pub(crate) async fn count(
+    endpoint: &Endpoint,
+    vhost: &str,
+    mut session: Option<&mut Session>,
+    live: &mut Live,
+    names: &[QueueName],
+) -> Result<()> {
+    for name in names {
+        let Some(queue) = live.queues.get_mut(name) else { continue };
+        let api = http::queue_counts(endpoint, vhost, name).await?;
+        let amqp = match session.as_deref_mut().map(|s| s.queue_counts(name)) {
+            None => None,
+            Some(counting) => match counting.await {
+                Ok(counts) => counts,
+                // A user without the configure permission (RabbitMQ 4.3 asks it for a passive
+                // declaration) keeps the management API's counts: prune trusts neither alone,
+                // it deletes only with the broker's own if-empty check or a fresh count.
+                Err(e) if e.downcast_ref::<crate::broker::amqp::AccessRefused>().is_some() => None,
+                Err(e) => return Err(e),
+            },
+        };
+        // `None` is less than any count: the larger of what is known.
+        queue.messages = api.map(|c| c.0).max(amqp.map(|c| c.0));
+        queue.consumers = api.map(|c| c.1).max(amqp.map(|c| c.1));
     }
     Ok(())
 }

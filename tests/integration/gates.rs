@@ -16,7 +16,9 @@ const V2: &str = "[topology.orders]\ndelays = [\"1s\", \"10s\"]\nmax_attempts = 
 /// Everything in the vhost that a change could touch: exchanges, queues with their arguments,
 /// bindings, as the management API lists them.
 async fn state(vhost: &Vhost) -> String {
-    let live = hopper::broker::http::read(&vhost.broker.endpoint(), &vhost.name).await.expect("read the vhost");
+    let live = hopper::broker::http::read(&vhost.broker.endpoint(), &vhost.name, hopper::broker::http::Stats::Counted)
+        .await
+        .expect("read the vhost");
     let exchanges: BTreeSet<String> = live.exchanges.keys().map(|e| e.to_string()).collect();
     let queues: Vec<String> = live.queues.iter().map(|(n, q)| format!("{n} {:?}", q.arguments)).collect();
     format!("{exchanges:?}\n{queues:#?}\n{:#?}", live.bindings)

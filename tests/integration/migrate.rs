@@ -167,7 +167,9 @@ async fn a_queue_with_consumers_is_refused(broker: Broker) {
     // The management API reports consumers a few seconds late.
     let start = Instant::now();
     loop {
-        let live = hopper::broker::http::read(&broker.endpoint(), &vhost.name).await.unwrap();
+        let live = hopper::broker::http::read(&broker.endpoint(), &vhost.name, hopper::broker::http::Stats::Counted)
+            .await
+            .unwrap();
         if live.queues.get("orders").and_then(|q| q.consumers) == Some(1) {
             break;
         }
