@@ -58,7 +58,8 @@ as_node() { # N command args...
     shift
     local cmd=$1
     shift
-    runuser -u rabbitmq -- env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/var/lib/rabbitmq LANG=C.UTF-8 \
+    # setpriv rather than runuser: PAM would reset the open files limit raised for the node.
+    setpriv --reuid=rabbitmq --regid=rabbitmq --init-groups -- env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/var/lib/rabbitmq LANG=C.UTF-8 \
         LC_ALL=C.UTF-8 RABBITMQ_CONF_ENV_FILE="$DIR/$n/rabbitmq-env.conf" "$BIN/$cmd" "$@"
 }
 ctl() { as_node "$1" rabbitmqctl -q -n "$(node "$1")" "${@:2}"; }
@@ -126,6 +127,9 @@ start_node() { # N: the Erlang VM and the app, whatever state it is in
         port_busy "$p" && die "port $p is taken by something else ($(ss -Hltnp "sport = :$p" | head -n1))"
     done
     say "starting $(node "$n")"
+    # Every quorum queue member holds file handles; the default soft limit (1024) runs out at a
+    # few hundred quorum queues per node, and the node then refuses connections.
+    ulimit -n "$(ulimit -Hn)"
     quiet as_node "$n" rabbitmq-server -detached || die "rabbitmq-server -detached failed for $(node "$n") (logs: $DIR/$n/log)"
 }
 

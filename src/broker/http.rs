@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::{Result, anyhow};
 use serde::Deserialize;
@@ -20,8 +21,11 @@ use crate::policy::AppliedPolicy;
 #[derive(Clone)]
 pub struct Api {
     agent: ureq::Agent,
-    /// Ends in `/api`, no trailing slash.
-    base: String,
+    /// Each ends in `/api`, no trailing slash: the nodes of one cluster serve the same API, so a
+    /// request another node answers is as good (`--management-url` with several URLs).
+    bases: Arc<Vec<String>>,
+    /// The base that answered last, tried first.
+    current: Arc<AtomicUsize>,
     authorization: String,
     user: String,
 }
@@ -52,15 +56,22 @@ impl Api {
         let credentials = format!("{}:{}", endpoint.username, endpoint.password.expose());
         Api {
             agent: config.new_agent(),
-            base: endpoint.management_url.clone(),
+            bases: Arc::new(endpoint.management_urls.clone()),
+            current: Arc::new(AtomicUsize::new(0)),
             authorization: format!("Basic {}", base64(credentials.as_bytes())),
             user: endpoint.username.clone(),
         }
     }
 
-    /// The base URL, safe to print (it never holds credentials).
+    /// The base URL in use (the last that answered), safe to print (it never holds credentials).
     pub fn url(&self) -> &str {
-        &self.base
+        &self.bases[self.current.load(Ordering::Relaxed)]
+    }
+
+    /// The other base URLs, tried when this one did not answer.
+    fn others(&self) -> Vec<&str> {
+        let url = self.url();
+        self.bases.iter().map(String::as_str).filter(|b| *b != url).collect()
     }
 
     /// `GET {base}{path}`, as JSON of type `T`.
@@ -83,10 +94,38 @@ impl Api {
         self.call("DELETE", path, None).await.map(drop)
     }
 
-    /// One request on tokio's blocking pool (ureq is synchronous), bounded by the timeout.
+    /// One request, to the base that answered last and, when it cannot be reached at all (a
+    /// stopped node), to each other base in turn. Any answer, an error status too, is the
+    /// cluster's: only a failure to reach a node moves on.
     async fn call(&self, method: &'static str, path: &str, body: Option<String>) -> Result<String, HttpError> {
-        let (agent, url, authorization) =
-            (self.agent.clone(), format!("{}{path}", self.base), self.authorization.clone());
+        let first = self.current.load(Ordering::Relaxed);
+        let mut failure = None;
+        for i in (0..self.bases.len()).map(|k| (first + k) % self.bases.len()) {
+            match self.call_one(&self.bases[i], method, path, body.clone()).await {
+                Err(HttpError::Transport(e)) if super::tls::explain(&e).is_none() => {
+                    failure.get_or_insert(HttpError::Transport(e));
+                }
+                answer => {
+                    self.current.store(i, Ordering::Relaxed);
+                    return answer;
+                }
+            }
+        }
+        // Named by the first URL tried; `explain` adds that no other answered either.
+        self.current.store(first, Ordering::Relaxed);
+        Err(failure.expect("at least one management URL"))
+    }
+
+    /// One request to one base on tokio's blocking pool (ureq is synchronous), bounded by the
+    /// timeout.
+    async fn call_one(
+        &self,
+        base: &str,
+        method: &'static str,
+        path: &str,
+        body: Option<String>,
+    ) -> Result<String, HttpError> {
+        let (agent, url, authorization) = (self.agent.clone(), format!("{base}{path}"), self.authorization.clone());
         let task = tokio::task::spawn_blocking(move || -> Result<String, HttpError> {
             let request = ureq::http::Request::builder()
                 .method(method)
@@ -173,7 +212,13 @@ fn why(api: &Api, e: &HttpError) -> ApiError {
                 ureq::Error::Io(io) => format!("{io}"),
                 other => format!("{other}"),
             };
-            (Cause::NotThere, format!("cannot reach the management API at {url}: {cause}"))
+            let others = api.others();
+            let others = if others.is_empty() {
+                String::new()
+            } else {
+                format!("; nor did any other management URL answer ({})", others.join(", "))
+            };
+            (Cause::NotThere, format!("cannot reach the management API at {url}: {cause}{others}"))
         }
         HttpError::Status { status: 401, reason, .. } => match reason.as_deref() {
             Some(r) if r.to_ascii_lowercase().contains("not management user") => (

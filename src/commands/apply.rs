@@ -233,6 +233,16 @@ fn print_report(report: &Report, show_unchanged: bool) -> Result<()> {
                 m.moved
             ));
         }
+        for f in &v.failovers {
+            lines.push(format!(
+                "  {} failover  lost {} after {} change(s) ({}); carried on through {}",
+                output::paint("~", "33"),
+                f.from,
+                f.done_before,
+                output::safe(&f.cause),
+                f.to
+            ));
+        }
         for o in &v.overrides {
             let who = if o.source == Source::OperatorPolicy { "operator policy" } else { "policy" };
             lines.push(format!(

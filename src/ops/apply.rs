@@ -71,6 +71,9 @@ pub struct VhostReport {
     pub refused: Vec<Refusal>,
     /// What each migration did, in the order they ran.
     pub migrated: Vec<super::migrate::Migrated>,
+    /// Connections lost while carrying out the plan, and the node of the cluster that took over.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub failovers: Vec<amqp::Failover>,
 }
 
 /// A step the broker refused, by its index in `steps`, and the broker's reason.
@@ -240,6 +243,7 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], req
         let apply = conflicts == 0 && !request.dry_run && stale.is_empty();
         let mut vhosts = Vec::new();
         for (mut session, plan, read_from, note, broker_version, fingerprint) in work {
+            let mut failovers = Vec::new();
             let (refused, migrated) = if apply {
                 crate::output::narrate(|| {
                     format!(
@@ -248,7 +252,7 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], req
                         plan.steps.iter().filter(|s| s.changes()).count()
                     )
                 });
-                execute(&mut session, endpoint, &plan).await?
+                execute(&mut session, endpoint, &plan, &mut failovers).await?
             } else {
                 (Vec::new(), Vec::new())
             };
@@ -264,6 +268,7 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], req
                 overrides,
                 refused,
                 migrated,
+                failovers,
             });
         }
         Ok(Report { dry_run: request.dry_run, applied: apply, cluster_name: cluster, stale, vhosts })
@@ -289,6 +294,7 @@ async fn execute(
     session: &mut amqp::Session,
     endpoint: &Endpoint,
     plan: &Plan,
+    failovers: &mut Vec<amqp::Failover>,
 ) -> Result<(Vec<Refusal>, Vec<super::migrate::Migrated>)> {
     let mut phases = plan::phases(plan);
     let after = phases.split_off(plan::MIGRATIONS + 1);
@@ -302,7 +308,7 @@ async fn execute(
             })
             .collect()
     };
-    let mut refused = refusals(session.execute(plan, phases).await?);
+    let mut refused = refusals(session.execute(endpoint, plan, phases, failovers).await?);
     let mut migrated = Vec::new();
     if refused.iter().any(|r| plan.steps[r.step].refusal_stops_the_run()) {
         return Ok((refused, migrated));
@@ -318,6 +324,6 @@ async fn execute(
             _ => {}
         }
     }
-    refused.extend(refusals(session.execute(plan, after).await?));
+    refused.extend(refusals(session.execute(endpoint, plan, after, failovers).await?));
     Ok((refused, migrated))
 }
