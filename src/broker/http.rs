@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 
 use super::Endpoint;
 use super::identity::Identity;
-use crate::live::{Live, LiveExchange, LiveQueue};
+use crate::live::{Alarm, Live, LiveExchange, LiveQueue, Member, Node, Placement};
 use crate::model::{ArgValue, Arguments, Binding, Destination, arg};
 use crate::policy::AppliedPolicy;
 
@@ -340,6 +340,83 @@ pub struct QueueInfo {
     pub messages_unacknowledged: u64,
     #[serde(default)]
     pub consumers: u64,
+    /// A classic queue's node; a quorum queue's leader on some releases.
+    #[serde(default)]
+    pub node: Option<String>,
+    /// A classic queue whose node is down is `down`.
+    #[serde(default)]
+    pub state: Option<String>,
+    /// A quorum queue's leader, members and the members the broker counts online (this lags
+    /// behind a node that stopped by seconds, so a member also counts offline when its node does
+    /// not run).
+    #[serde(default)]
+    pub leader: Option<String>,
+    #[serde(default)]
+    pub members: Option<Vec<String>>,
+    #[serde(default)]
+    pub online: Option<Vec<String>>,
+}
+
+/// One object of a listing with every field as listed, a field listed twice too: RabbitMQ 3.10
+/// lists a quorum queue with a member offline with `online` twice, the members online now and
+/// the members online at its last statistics. A derived reader refuses such an object.
+pub struct Listed(Vec<(String, Value)>);
+
+impl<'de> Deserialize<'de> for Listed {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Listed, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = Listed;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Listed, A::Error> {
+                let mut fields = Vec::new();
+                while let Some(entry) = map.next_entry::<String, Value>()? {
+                    fields.push(entry);
+                }
+                Ok(Listed(fields))
+            }
+        }
+        d.deserialize_map(Fields)
+    }
+}
+
+impl Listed {
+    /// A queue: a field listed twice has its last value, except `online`, where a member is
+    /// online only if every listing of it says so.
+    fn queue(self) -> Result<QueueInfo> {
+        let mut online: Option<Vec<String>> = None;
+        let mut object = Map::new();
+        for (key, value) in self.0 {
+            if key == "online" {
+                let listed: Vec<String> = serde_json::from_value(value).unwrap_or_default();
+                online = Some(match online {
+                    None => listed,
+                    Some(before) => before.into_iter().filter(|m| listed.contains(m)).collect(),
+                });
+            } else {
+                object.insert(key, value);
+            }
+        }
+        let mut queue: QueueInfo = serde_json::from_value(Value::Object(object))
+            .map_err(|e| anyhow!("the management API listed a queue hopper cannot read: {e}"))?;
+        queue.online = online;
+        Ok(queue)
+    }
+}
+
+/// A node of the cluster, as `/api/nodes` lists it. A stopped node is listed with `running:
+/// false` and no alarm fields.
+#[derive(Debug, Deserialize)]
+pub struct NodeInfo {
+    pub name: String,
+    #[serde(default)]
+    pub running: bool,
+    #[serde(default)]
+    pub mem_alarm: bool,
+    #[serde(default)]
+    pub disk_free_alarm: bool,
 }
 
 fn classic() -> String {
@@ -388,13 +465,26 @@ pub async fn read(endpoint: &Endpoint, vhost: &str) -> Result<Live> {
         other => err(other),
     };
     let exchanges: Vec<ExchangeInfo> = api.get(&format!("/exchanges/{v}")).await.map_err(listing)?;
-    let queues: Vec<QueueInfo> = api.get(&format!("/queues/{v}")).await.map_err(listing)?;
+    let queues: Vec<Listed> = api.get(&format!("/queues/{v}")).await.map_err(listing)?;
+    let queues = queues.into_iter().map(Listed::queue).collect::<Result<Vec<_>>>()?;
     let bindings: Vec<BindingInfo> = api.get(&format!("/bindings/{v}")).await.map_err(listing)?;
     let policies = applied(api.get(&format!("/policies/{v}")).await.map_err(listing)?);
     let operator_policies = applied(api.get(&format!("/operator-policies/{v}")).await.map_err(listing)?);
+    // The cluster's view: which nodes run, and their alarms. A user with the `management` tag
+    // alone may not list nodes (it needs `monitoring`): then placement is not judged.
+    let nodes: Option<Vec<Node>> =
+        match api.get::<Vec<NodeInfo>>("/nodes?columns=name,running,mem_alarm,disk_free_alarm").await {
+            Ok(nodes) => Some(nodes.into_iter().map(node).collect()),
+            Err(HttpError::Status { status: 401 | 403, .. }) => None,
+            Err(e) => return Err(err(e)),
+        };
 
-    let mut live =
-        Live { bindings: Some(BTreeSet::new()), version: Some(overview.rabbitmq_version), ..Live::default() };
+    let mut live = Live {
+        bindings: Some(BTreeSet::new()),
+        version: Some(overview.rabbitmq_version),
+        nodes: nodes.clone(),
+        ..Live::default()
+    };
     for e in exchanges {
         let exchange = LiveExchange {
             kind: e.kind.as_str().into(),
@@ -421,6 +511,7 @@ pub async fn read(endpoint: &Endpoint, vhost: &str) -> Result<Live> {
                 messages: Some(q.messages),
                 unacked: Some(q.messages_unacknowledged),
                 consumers: Some(q.consumers),
+                placement: nodes.as_deref().and_then(|nodes| placement(&q, nodes)),
             },
         );
     }
@@ -442,6 +533,39 @@ pub async fn read(endpoint: &Endpoint, vhost: &str) -> Result<Live> {
         });
     }
     Ok(live)
+}
+
+fn node(n: NodeInfo) -> Node {
+    let alarms = [(n.mem_alarm, Alarm::Memory), (n.disk_free_alarm, Alarm::Disk)]
+        .into_iter()
+        .filter_map(|(on, alarm)| on.then_some(alarm))
+        .collect();
+    Node { name: n.name, running: n.running, alarms }
+}
+
+/// Where a queue lives, judged against which nodes run: a quorum member is online only when the
+/// broker says so and its node runs; a classic queue is available while its node runs.
+fn placement(q: &QueueInfo, nodes: &[Node]) -> Option<Placement> {
+    let running = |name: &str| nodes.iter().any(|n| n.name == name && n.running);
+    match q.kind.as_str() {
+        "quorum" => {
+            let members = q.members.as_ref()?;
+            let members = members
+                .iter()
+                .map(|m| Member {
+                    node: m.clone(),
+                    online: running(m) && q.online.as_ref().is_none_or(|o| o.contains(m)),
+                })
+                .collect();
+            Some(Placement::Quorum { leader: q.leader.clone(), members })
+        }
+        "classic" => {
+            let node = q.node.clone()?;
+            let available = running(&node) && q.state.as_deref() != Some("down");
+            Some(Placement::Classic { node, available })
+        }
+        _ => None,
+    }
 }
 
 /// The cluster behind the management API, as its overview names it.
