@@ -57,7 +57,7 @@ pub struct Failover {
 
 /// How long `execute` waits before each round of trying every node again after losing its
 /// connection: a node being stopped closes its listener at once, and one restarting or a
-/// cluster electing new quorum leaders takes seconds. About 30 s in all.
+/// cluster electing new quorum leaders takes seconds. About 16 s in all.
 const BACKOFF_MS: [u64; 6] = [250, 500, 1_000, 2_000, 4_000, 8_000];
 
 /// How many times one run may lose its connection: each loss is another node gone.

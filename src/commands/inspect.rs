@@ -85,10 +85,13 @@ fn render(r: &Report) -> String {
         output::safe(&r.vhost),
         r.version.as_deref().unwrap_or("version unknown")
     )];
-    // Which nodes run and their alarms, when the cluster has more than one node or trouble.
-    if let Some(nodes) = &r.nodes
-        && (nodes.len() > 1 || nodes.iter().any(|n| !n.running || !n.alarms.is_empty()))
-    {
+    // Which nodes run and their alarms, and where each queue lives: for a cluster, or a node in
+    // trouble (a single healthy broker would only repeat its own name).
+    let cluster = r
+        .nodes
+        .as_ref()
+        .is_some_and(|nodes| nodes.len() > 1 || nodes.iter().any(|n| !n.running || !n.alarms.is_empty()));
+    if let Some(nodes) = r.nodes.as_ref().filter(|_| cluster) {
         let shown: Vec<String> = nodes
             .iter()
             .map(|n| {
@@ -128,7 +131,7 @@ fn render(r: &Report) -> String {
                 .collect();
             lines.push(format!("  {}", output::safe(&settings.join(", "))));
         }
-        match &q.placement {
+        match q.placement.as_ref().filter(|_| cluster) {
             Some(Placement::Quorum { leader, members }) => {
                 let members: Vec<String> = members
                     .iter()

@@ -633,6 +633,30 @@ mod tests {
     }
 
     #[test]
+    fn a_cluster_judges_members_online_against_a_majority() {
+        use crate::live::{Alarm, Member, Node, Placement};
+        let quorum = |online: &[bool]| {
+            let members =
+                online.iter().enumerate().map(|(i, on)| Member { node: format!("n{i}"), online: *on }).collect();
+            let mut n = Network::default().with_queue("q", &[("x-queue-type", crate::model::ArgValue::str("quorum"))]);
+            n.queues.get_mut("q").unwrap().placement = Some(Placement::Quorum { leader: Some("n0".into()), members });
+            cluster(&n).into_iter().map(|f| (f.rule, f.nodes)).collect::<Vec<_>>()
+        };
+        assert_eq!(quorum(&[true, true, true]), []);
+        assert_eq!(quorum(&[true, true, false]), [(Rule::QuorumMembersOffline, vec!["n2".to_string()])]);
+        assert_eq!(quorum(&[true, false, false]), [(Rule::QuorumBelowMajority, vec!["n1".to_string(), "n2".into()])]);
+        // Five members: three online is a majority, two is not.
+        assert_eq!(quorum(&[true, true, true, false, false])[0].0, Rule::QuorumMembersOffline);
+        assert_eq!(quorum(&[true, true, false, false, false])[0].0, Rule::QuorumBelowMajority);
+
+        let mut n = Network::default().with_queue("c", &[]);
+        n.queues.get_mut("c").unwrap().placement = Some(Placement::Classic { node: "n1".into(), available: false });
+        n.nodes = vec![Node { name: "n0".into(), running: true, alarms: vec![Alarm::Disk] }];
+        let rules: Vec<Rule> = cluster(&n).into_iter().map(|f| f.rule).collect();
+        assert_eq!(rules, [Rule::ClassicQueueUnavailable, Rule::PublishersBlocked]);
+    }
+
+    #[test]
     fn every_rule_has_its_own_id() {
         let ids: std::collections::BTreeSet<_> = Rule::ALL.iter().map(|r| r.id()).collect();
         assert_eq!(ids.len(), Rule::ALL.len());
