@@ -323,7 +323,7 @@ fn password_file(path: &Path, given_by: &str) -> Result<PasswordSetting> {
 /// (key, what it holds, an example), as the spec's keys are described.
 const CONTEXT_KEYS: &[(&str, &str, &str)] = &[
     ("amqp_url", "a string or an array of strings", r#"amqp_url = "amqps://rabbit-1.example.com:5671""#),
-    ("management_url", "a string", r#"management_url = "https://rabbit.example.com:15671/api""#),
+    ("management_url", "a string or an array of strings", r#"management_url = "https://rabbit.example.com:15671/api""#),
     ("username", "a string", r#"username = "deployer""#),
     ("password_file", "a string", r#"password_file = "/run/secrets/rabbitmq""#),
     ("tls_ca_cert_file", "a string", r#"tls_ca_cert_file = "/etc/hopper/ca.pem""#),
@@ -458,29 +458,9 @@ fn context(fields: &DeTable, name: &str, dir: &Path, diags: &mut Vec<Diagnostic>
         };
         let file = |diags: &mut Vec<Diagnostic>| string(diags).map(|s| dir.join(s));
         match key_name {
-            "amqp_url" => {
-                c.amqp_url = match value.get_ref() {
-                    DeValue::String(s) => Some(s.to_string()),
-                    DeValue::Array(items) => {
-                        let urls: Option<Vec<String>> = items
-                            .iter()
-                            .map(|i| match i.get_ref() {
-                                DeValue::String(s) => Some(s.to_string()),
-                                _ => None,
-                            })
-                            .collect();
-                        if urls.is_none() {
-                            diags.push(type_error(span.clone(), key_name, "a string or an array of strings"));
-                        }
-                        urls.map(|u| u.join(","))
-                    }
-                    _ => {
-                        diags.push(type_error(span.clone(), key_name, "a string or an array of strings"));
-                        None
-                    }
-                }
-            }
-            "management_url" => c.management_url = string(diags),
+            // A list names a cluster's nodes, tried in turn; kept as the flags take it.
+            "amqp_url" => c.amqp_url = url_list(value.get_ref(), span.clone(), key_name, diags),
+            "management_url" => c.management_url = url_list(value.get_ref(), span.clone(), key_name, diags),
             "username" => c.username = string(diags),
             "password_file" => c.password_file = file(diags),
             "tls_ca_cert_file" => c.tls_ca_cert_file = file(diags),
@@ -519,6 +499,25 @@ fn unknown(span: Range<usize>, name: &str, context: &str, known: &[(&str, &str, 
             format!("known keys here: {}", names.join(", "))
         });
     Diagnostic::new(0, span, format!("unknown key `{name}` in {context}")).label("unknown key").hint(hint)
+}
+
+/// A URL or a list of them (a cluster's nodes), comma-joined as the flags take them.
+fn url_list(value: &DeValue, span: Range<usize>, key: &str, diags: &mut Vec<Diagnostic>) -> Option<String> {
+    let urls: Option<Vec<String>> = match value {
+        DeValue::String(s) => Some(vec![s.to_string()]),
+        DeValue::Array(items) => items
+            .iter()
+            .map(|i| match i.get_ref() {
+                DeValue::String(s) => Some(s.to_string()),
+                _ => None,
+            })
+            .collect(),
+        _ => None,
+    };
+    if urls.is_none() {
+        diags.push(type_error(span, key, "a string or an array of strings"));
+    }
+    urls.map(|u| u.join(","))
 }
 
 fn type_error(span: Range<usize>, key: &str, expected: &str) -> Diagnostic {

@@ -18,6 +18,65 @@ pub struct Live {
     pub bindings: Option<BTreeSet<Binding>>,
     /// The broker's version, such as "4.0.5", when it could be read.
     pub version: Option<String>,
+    /// The cluster's nodes as the management API sees them (one for a single broker); `None`
+    /// when they could not be read (over AMQP).
+    pub nodes: Option<Vec<Node>>,
+}
+
+/// One node of the cluster, by the management API's `/api/nodes`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Node {
+    pub name: String,
+    pub running: bool,
+    /// Resource alarms in force on the node: while any node of a cluster has one, the whole
+    /// cluster blocks every connection that publishes.
+    pub alarms: Vec<Alarm>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Alarm {
+    /// Memory use above `vm_memory_high_watermark`.
+    Memory,
+    /// Free disk below `disk_free_limit`.
+    Disk,
+}
+
+impl Alarm {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Alarm::Memory => "memory",
+            Alarm::Disk => "disk",
+        }
+    }
+}
+
+/// Where a queue lives in the cluster.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Placement {
+    /// A quorum queue: a Raft group of members on distinct nodes, one the leader. It accepts
+    /// publishes and delivers only while a majority of its members is online.
+    Quorum { leader: Option<String>, members: Vec<Member> },
+    /// A classic queue lives on one node: while that node is down the queue is unavailable.
+    Classic { node: String, available: bool },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Member {
+    pub node: String,
+    /// Its node runs and the broker counts the member online.
+    pub online: bool,
+}
+
+impl Placement {
+    /// For a quorum queue: (members online, members); `None` for a classic queue.
+    pub fn quorum_counts(&self) -> Option<(usize, usize)> {
+        match self {
+            Placement::Quorum { members, .. } => Some((members.iter().filter(|m| m.online).count(), members.len())),
+            Placement::Classic { .. } => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -45,6 +104,8 @@ pub struct LiveQueue {
     /// The policy and operator policy that apply to it, when they could be read.
     pub policy: Option<Arc<AppliedPolicy>>,
     pub operator_policy: Option<Arc<AppliedPolicy>>,
+    /// Where it lives in the cluster, when the management API said.
+    pub placement: Option<Placement>,
 }
 
 impl Live {

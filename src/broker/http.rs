@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::{Result, anyhow};
 use serde::Deserialize;
@@ -12,7 +13,7 @@ use serde_json::{Map, Value};
 
 use super::Endpoint;
 use super::identity::Identity;
-use crate::live::{Live, LiveExchange, LiveQueue};
+use crate::live::{Alarm, Live, LiveExchange, LiveQueue, Member, Node, Placement};
 use crate::model::{ArgValue, Arguments, Binding, Destination, arg};
 use crate::policy::AppliedPolicy;
 
@@ -20,8 +21,11 @@ use crate::policy::AppliedPolicy;
 #[derive(Clone)]
 pub struct Api {
     agent: ureq::Agent,
-    /// Ends in `/api`, no trailing slash.
-    base: String,
+    /// Each ends in `/api`, no trailing slash: the nodes of one cluster serve the same API, so a
+    /// request another node answers is as good (`--management-url` with several URLs).
+    bases: Arc<Vec<String>>,
+    /// The base that answered last, tried first.
+    current: Arc<AtomicUsize>,
     authorization: String,
     user: String,
 }
@@ -52,15 +56,22 @@ impl Api {
         let credentials = format!("{}:{}", endpoint.username, endpoint.password.expose());
         Api {
             agent: config.new_agent(),
-            base: endpoint.management_url.clone(),
+            bases: Arc::new(endpoint.management_urls.clone()),
+            current: Arc::new(AtomicUsize::new(0)),
             authorization: format!("Basic {}", base64(credentials.as_bytes())),
             user: endpoint.username.clone(),
         }
     }
 
-    /// The base URL, safe to print (it never holds credentials).
+    /// The base URL in use (the last that answered), safe to print (it never holds credentials).
     pub fn url(&self) -> &str {
-        &self.base
+        &self.bases[self.current.load(Ordering::Relaxed)]
+    }
+
+    /// The other base URLs, tried when this one did not answer.
+    fn others(&self) -> Vec<&str> {
+        let url = self.url();
+        self.bases.iter().map(String::as_str).filter(|b| *b != url).collect()
     }
 
     /// `GET {base}{path}`, as JSON of type `T`.
@@ -83,10 +94,38 @@ impl Api {
         self.call("DELETE", path, None).await.map(drop)
     }
 
-    /// One request on tokio's blocking pool (ureq is synchronous), bounded by the timeout.
+    /// One request, to the base that answered last and, when it cannot be reached at all (a
+    /// stopped node), to each other base in turn. Any answer, an error status too, is the
+    /// cluster's: only a failure to reach a node moves on.
     async fn call(&self, method: &'static str, path: &str, body: Option<String>) -> Result<String, HttpError> {
-        let (agent, url, authorization) =
-            (self.agent.clone(), format!("{}{path}", self.base), self.authorization.clone());
+        let first = self.current.load(Ordering::Relaxed);
+        let mut failure = None;
+        for i in (0..self.bases.len()).map(|k| (first + k) % self.bases.len()) {
+            match self.call_one(&self.bases[i], method, path, body.clone()).await {
+                Err(HttpError::Transport(e)) if super::tls::explain(&e).is_none() => {
+                    failure.get_or_insert(HttpError::Transport(e));
+                }
+                answer => {
+                    self.current.store(i, Ordering::Relaxed);
+                    return answer;
+                }
+            }
+        }
+        // Named by the first URL tried; `explain` adds that no other answered either.
+        self.current.store(first, Ordering::Relaxed);
+        Err(failure.expect("at least one management URL"))
+    }
+
+    /// One request to one base on tokio's blocking pool (ureq is synchronous), bounded by the
+    /// timeout.
+    async fn call_one(
+        &self,
+        base: &str,
+        method: &'static str,
+        path: &str,
+        body: Option<String>,
+    ) -> Result<String, HttpError> {
+        let (agent, url, authorization) = (self.agent.clone(), format!("{base}{path}"), self.authorization.clone());
         let task = tokio::task::spawn_blocking(move || -> Result<String, HttpError> {
             let request = ureq::http::Request::builder()
                 .method(method)
@@ -173,7 +212,13 @@ fn why(api: &Api, e: &HttpError) -> ApiError {
                 ureq::Error::Io(io) => format!("{io}"),
                 other => format!("{other}"),
             };
-            (Cause::NotThere, format!("cannot reach the management API at {url}: {cause}"))
+            let others = api.others();
+            let others = if others.is_empty() {
+                String::new()
+            } else {
+                format!("; nor did any other management URL answer ({})", others.join(", "))
+            };
+            (Cause::NotThere, format!("cannot reach the management API at {url}: {cause}{others}"))
         }
         HttpError::Status { status: 401, reason, .. } => match reason.as_deref() {
             Some(r) if r.to_ascii_lowercase().contains("not management user") => (
@@ -295,6 +340,83 @@ pub struct QueueInfo {
     pub messages_unacknowledged: u64,
     #[serde(default)]
     pub consumers: u64,
+    /// A classic queue's node; a quorum queue's leader on some releases.
+    #[serde(default)]
+    pub node: Option<String>,
+    /// A classic queue whose node is down is `down`.
+    #[serde(default)]
+    pub state: Option<String>,
+    /// A quorum queue's leader, members and the members the broker counts online (this lags
+    /// behind a node that stopped by seconds, so a member also counts offline when its node does
+    /// not run).
+    #[serde(default)]
+    pub leader: Option<String>,
+    #[serde(default)]
+    pub members: Option<Vec<String>>,
+    #[serde(default)]
+    pub online: Option<Vec<String>>,
+}
+
+/// One object of a listing with every field as listed, a field listed twice too: RabbitMQ 3.10
+/// lists a quorum queue with a member offline with `online` twice, the members online now and
+/// the members online at its last statistics. A derived reader refuses such an object.
+pub struct Listed(Vec<(String, Value)>);
+
+impl<'de> Deserialize<'de> for Listed {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Listed, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = Listed;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Listed, A::Error> {
+                let mut fields = Vec::new();
+                while let Some(entry) = map.next_entry::<String, Value>()? {
+                    fields.push(entry);
+                }
+                Ok(Listed(fields))
+            }
+        }
+        d.deserialize_map(Fields)
+    }
+}
+
+impl Listed {
+    /// A queue: a field listed twice has its last value, except `online`, where a member is
+    /// online only if every listing of it says so.
+    fn queue(self) -> Result<QueueInfo> {
+        let mut online: Option<Vec<String>> = None;
+        let mut object = Map::new();
+        for (key, value) in self.0 {
+            if key == "online" {
+                let listed: Vec<String> = serde_json::from_value(value).unwrap_or_default();
+                online = Some(match online {
+                    None => listed,
+                    Some(before) => before.into_iter().filter(|m| listed.contains(m)).collect(),
+                });
+            } else {
+                object.insert(key, value);
+            }
+        }
+        let mut queue: QueueInfo = serde_json::from_value(Value::Object(object))
+            .map_err(|e| anyhow!("the management API listed a queue hopper cannot read: {e}"))?;
+        queue.online = online;
+        Ok(queue)
+    }
+}
+
+/// A node of the cluster, as `/api/nodes` lists it. A stopped node is listed with `running:
+/// false` and no alarm fields.
+#[derive(Debug, Deserialize)]
+pub struct NodeInfo {
+    pub name: String,
+    #[serde(default)]
+    pub running: bool,
+    #[serde(default)]
+    pub mem_alarm: bool,
+    #[serde(default)]
+    pub disk_free_alarm: bool,
 }
 
 fn classic() -> String {
@@ -368,11 +490,9 @@ pub async fn read(endpoint: &Endpoint, vhost: &str, stats: Stats) -> Result<Live
     };
     let queues_path = match stats {
         Stats::Counted => format!("/queues/{v}"),
-        Stats::Skipped => {
-            format!(
-                "/queues/{v}?disable_stats=true&enable_queue_totals=false&columns=name,type,durable,auto_delete,arguments"
-            )
-        }
+        Stats::Skipped => format!(
+            "/queues/{v}?disable_stats=true&enable_queue_totals=false&columns=name,type,durable,auto_delete,arguments,node,leader,members,online"
+        ),
     };
     let paths = [
         format!("/exchanges/{v}"),
@@ -380,21 +500,33 @@ pub async fn read(endpoint: &Endpoint, vhost: &str, stats: Stats) -> Result<Live
         format!("/policies/{v}"),
         format!("/operator-policies/{v}"),
     ];
-    let (exchanges, queues, bindings, policies, operator_policies) = tokio::join!(
+    let (exchanges, queues, bindings, policies, operator_policies, nodes) = tokio::join!(
         api.get::<Vec<ExchangeInfo>>(&paths[0]),
-        api.get::<Vec<QueueInfo>>(&queues_path),
+        api.get::<Vec<Listed>>(&queues_path),
         api.get::<Vec<BindingInfo>>(&paths[1]),
         api.get::<Vec<PolicyInfo>>(&paths[2]),
         api.get::<Vec<PolicyInfo>>(&paths[3]),
+        api.get::<Vec<NodeInfo>>("/nodes?columns=name,running,mem_alarm,disk_free_alarm"),
     );
-    let (exchanges, queues, bindings) =
-        (exchanges.map_err(listing)?, queues.map_err(listing)?, bindings.map_err(listing)?);
+    let (exchanges, bindings) = (exchanges.map_err(listing)?, bindings.map_err(listing)?);
+    let queues = queues.map_err(listing)?.into_iter().map(Listed::queue).collect::<Result<Vec<_>>>()?;
     let policies = applied(policies.map_err(listing)?);
     let operator_policies = applied(operator_policies.map_err(listing)?);
     let counted = stats == Stats::Counted;
+    // The cluster's view: which nodes run, and their alarms. A user with the `management` tag
+    // alone may not list nodes (it needs `monitoring`): then placement is not judged.
+    let nodes: Option<Vec<Node>> = match nodes {
+        Ok(nodes) => Some(nodes.into_iter().map(node).collect()),
+        Err(HttpError::Status { status: 401 | 403, .. }) => None,
+        Err(e) => return Err(err(e)),
+    };
 
-    let mut live =
-        Live { bindings: Some(BTreeSet::new()), version: Some(overview.rabbitmq_version), ..Live::default() };
+    let mut live = Live {
+        bindings: Some(BTreeSet::new()),
+        version: Some(overview.rabbitmq_version),
+        nodes: nodes.clone(),
+        ..Live::default()
+    };
     for e in exchanges {
         let exchange = LiveExchange {
             kind: e.kind.as_str().into(),
@@ -421,6 +553,7 @@ pub async fn read(endpoint: &Endpoint, vhost: &str, stats: Stats) -> Result<Live
                 messages: counted.then_some(q.messages),
                 unacked: counted.then_some(q.messages_unacknowledged),
                 consumers: counted.then_some(q.consumers),
+                placement: nodes.as_deref().and_then(|nodes| placement(&q, nodes)),
             },
         );
     }
@@ -442,6 +575,39 @@ pub async fn read(endpoint: &Endpoint, vhost: &str, stats: Stats) -> Result<Live
         });
     }
     Ok(live)
+}
+
+fn node(n: NodeInfo) -> Node {
+    let alarms = [(n.mem_alarm, Alarm::Memory), (n.disk_free_alarm, Alarm::Disk)]
+        .into_iter()
+        .filter_map(|(on, alarm)| on.then_some(alarm))
+        .collect();
+    Node { name: n.name, running: n.running, alarms }
+}
+
+/// Where a queue lives, judged against which nodes run: a quorum member is online only when the
+/// broker says so and its node runs; a classic queue is available while its node runs.
+fn placement(q: &QueueInfo, nodes: &[Node]) -> Option<Placement> {
+    let running = |name: &str| nodes.iter().any(|n| n.name == name && n.running);
+    match q.kind.as_str() {
+        "quorum" => {
+            let members = q.members.as_ref()?;
+            let members = members
+                .iter()
+                .map(|m| Member {
+                    node: m.clone(),
+                    online: running(m) && q.online.as_ref().is_none_or(|o| o.contains(m)),
+                })
+                .collect();
+            Some(Placement::Quorum { leader: q.leader.clone(), members })
+        }
+        "classic" => {
+            let node = q.node.clone()?;
+            let available = running(&node) && q.state.as_deref() != Some("down");
+            Some(Placement::Classic { node, available })
+        }
+        _ => None,
+    }
 }
 
 /// The cluster behind the management API, as its overview names it.

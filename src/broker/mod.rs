@@ -21,8 +21,12 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct Endpoint {
     /// Each with the run's credentials in it (lapin takes them from the URI).
     pub nodes: Vec<AMQPUri>,
-    /// Base URL of the management API, ending in `/api`, without credentials.
+    /// Base URL of the management API, ending in `/api`, without credentials: the first of
+    /// `management_urls`, as messages name it.
     pub management_url: String,
+    /// Every management API base URL, tried in turn when one does not answer (a cluster's nodes
+    /// each serve the same API): as given, or one derived from each AMQP node.
+    pub management_urls: Vec<String>,
     pub username: String,
     pub password: Password,
     pub tls: Arc<tls::Tls>,
@@ -70,8 +74,8 @@ pub struct Settings {
 }
 
 impl Endpoint {
-    /// `amqp_urls` is a comma-separated list; the management URL defaults to the first node's
-    /// host on port 15672 (15671 over TLS). Credentials come from the first URL.
+    /// `amqp_urls` is a comma-separated list, and so is the management URL; it defaults to each
+    /// node's host on port 15672 (15671 over TLS). Credentials come from the first URL.
     pub fn new(amqp_urls: &str, management_url: Option<&str>) -> Result<Self> {
         Endpoint::from_settings(Settings {
             amqp_urls: amqp_urls.to_string(),
@@ -91,16 +95,29 @@ impl Endpoint {
         let Some(first) = nodes.first() else { bail!("no AMQP URL given") };
         let username = settings.username.unwrap_or_else(|| first.authority.userinfo.username.clone());
         let password = settings.password.unwrap_or_else(|| Password::new(first.authority.userinfo.password.clone()));
-        let url = match settings.management_url {
-            Some(url) => management_url(&url)?,
+        let urls = match settings.management_url {
+            Some(urls) => urls
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(management_url)
+                .collect::<Result<Vec<_>>>()?,
             None => {
-                let (scheme, port) = match first.scheme {
-                    AMQPScheme::AMQPS => ("https", 15671),
-                    AMQPScheme::AMQP => ("http", 15672),
-                };
-                format!("{scheme}://{}:{port}/api", bracketed(&first.authority.host))
+                let mut derived: Vec<String> = Vec::new();
+                for node in &nodes {
+                    let (scheme, port) = match node.scheme {
+                        AMQPScheme::AMQPS => ("https", 15671),
+                        AMQPScheme::AMQP => ("http", 15672),
+                    };
+                    let url = format!("{scheme}://{}:{port}/api", bracketed(&node.authority.host));
+                    if !derived.contains(&url) {
+                        derived.push(url);
+                    }
+                }
+                derived
             }
         };
+        let Some(url) = urls.first().cloned() else { bail!("no management URL given") };
         // Every node signs in as the run's user, whatever each URL said.
         for node in &mut nodes {
             node.authority.userinfo.username = username.clone();
@@ -109,6 +126,7 @@ impl Endpoint {
         Ok(Endpoint {
             nodes,
             management_url: url,
+            management_urls: urls,
             username,
             password,
             tls: Arc::new(settings.tls),
@@ -207,7 +225,10 @@ mod tests {
         let e = Endpoint::new("amqp://u:p@10.0.0.1:5672, amqp://u:p@10.0.0.2:5672", None).unwrap();
         assert_eq!(e.nodes.len(), 2);
         assert_eq!(e.management_url, "http://10.0.0.1:15672/api");
+        assert_eq!(e.management_urls, ["http://10.0.0.1:15672/api", "http://10.0.0.2:15672/api"]);
         assert_eq!(e.username(), "u");
+        let e = Endpoint::new("amqp://a:5681,amqp://a:5682", Some("http://a:15681/api, http://a:15682/api/")).unwrap();
+        assert_eq!(e.management_urls, ["http://a:15681/api", "http://a:15682/api"]);
         let e = Endpoint::new("amqps://h:5671", None).unwrap();
         assert_eq!(e.management_url, "https://h:15671/api");
     }

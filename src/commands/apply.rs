@@ -233,6 +233,28 @@ fn print_report(report: &Report, show_unchanged: bool) -> Result<()> {
                 m.moved
             ));
         }
+        if let Some(q) = &v.quorum_members {
+            let on = match &q.nodes {
+                Some(nodes) => format!("on {}", nodes.iter().map(|n| output::safe(n)).collect::<Vec<_>>().join(", ")),
+                None => "on nodes the broker picks".to_string(),
+            };
+            let stopped = if q.stopped.is_empty() {
+                String::new()
+            } else {
+                format!(" ({} not running: those members start when it is back)", q.stopped.join(", "))
+            };
+            lines.push(format!("  quorum queues created get {} member(s) each, {on}{stopped}", q.members));
+        }
+        for f in &v.failovers {
+            lines.push(format!(
+                "  {} failover  lost {} after {} change(s) ({}); carried on through {}",
+                output::paint("~", "33"),
+                f.from,
+                f.done_before,
+                output::safe(&f.cause),
+                f.to
+            ));
+        }
         for o in &v.overrides {
             let who = if o.source == Source::OperatorPolicy { "operator policy" } else { "policy" };
             lines.push(format!(

@@ -49,11 +49,13 @@ fn print(report: &Report) -> Result<()> {
     let mut lines = Vec::new();
     for v in &report.vhosts {
         let drift: Vec<&Entry> = v.objects.iter().filter(|e| e.status != Status::InSync || e.note.is_some()).collect();
-        if drift.is_empty() {
+        if drift.is_empty() && v.hazards.is_empty() {
             continue;
         }
         lines.push(format!("vhost {}", output::safe(&v.vhost)));
         lines.extend(drift.into_iter().map(line));
+        // The cluster's state, not drift: shown, and the exit code stays the drift's.
+        lines.extend(v.hazards.iter().map(|f| format!("  {}", super::lint::describe(f).replace('\n', "\n  "))));
     }
     let counts: Vec<String> = report.summary.iter().map(|(s, n)| format!("{n} {}", s.as_str())).collect();
     let total: usize = report.summary.values().sum();

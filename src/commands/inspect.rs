@@ -7,6 +7,7 @@ use anyhow::Result;
 use super::{BrokerArgs, SpecArgs};
 use crate::Exit;
 use crate::compile::compile;
+use crate::live::Placement;
 use crate::model::QueueName;
 use crate::network::{DeadLetter, End, Path};
 use crate::ops::inspect::{Report, Request, Scope};
@@ -84,6 +85,28 @@ fn render(r: &Report) -> String {
         output::safe(&r.vhost),
         r.version.as_deref().unwrap_or("version unknown")
     )];
+    // Which nodes run and their alarms, and where each queue lives: for a cluster, or a node in
+    // trouble (a single healthy broker would only repeat its own name).
+    let cluster = r
+        .nodes
+        .as_ref()
+        .is_some_and(|nodes| nodes.len() > 1 || nodes.iter().any(|n| !n.running || !n.alarms.is_empty()));
+    if let Some(nodes) = r.nodes.as_ref().filter(|_| cluster) {
+        let shown: Vec<String> = nodes
+            .iter()
+            .map(|n| {
+                let state = if n.running { "running" } else { "STOPPED" };
+                let alarms: Vec<String> =
+                    n.alarms.iter().map(|a| format!("{} ALARM", a.as_str().to_uppercase())).collect();
+                format!(
+                    "{} ({state}{})",
+                    output::safe(&n.name),
+                    alarms.iter().map(|a| format!(", {a}")).collect::<String>()
+                )
+            })
+            .collect();
+        lines.push(format!("nodes: {}", shown.join(", ")));
+    }
     for q in &r.queues {
         lines.push(format!(
             "\nqueue {}  {}, {} ready, {} unacked, {} consumer(s)",
@@ -107,6 +130,24 @@ fn render(r: &Report) -> String {
                 })
                 .collect();
             lines.push(format!("  {}", output::safe(&settings.join(", "))));
+        }
+        match q.placement.as_ref().filter(|_| cluster) {
+            Some(Placement::Quorum { leader, members }) => {
+                let members: Vec<String> = members
+                    .iter()
+                    .map(|m| format!("{}{}", output::safe(&m.node), if m.online { "" } else { " (OFFLINE)" }))
+                    .collect();
+                lines.push(format!(
+                    "  leader {}, members {}",
+                    leader.as_deref().map_or("unknown".into(), output::safe),
+                    members.join(", ")
+                ));
+            }
+            Some(Placement::Classic { node, available }) => {
+                let down = if *available { "" } else { " (DOWN: the queue is unavailable)" };
+                lines.push(format!("  on node {}{down}", output::safe(node)));
+            }
+            None => {}
         }
         if !q.delayed_retry.is_empty() {
             let retry: Vec<String> = q.delayed_retry.iter().map(|(k, v)| format!("{k}={v}")).collect();

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 pub use rules::{Rule, Severity};
 
+use crate::live::Placement;
 use crate::model::{ArgValue, ExchangeName, QueueName, RoleKind};
 use crate::network::{DeadLetter, End, Network, Reason};
 use crate::policy::{Effective, Setting, Source};
@@ -24,11 +25,22 @@ pub struct Finding {
     pub queues: Vec<QueueName>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub exchanges: Vec<ExchangeName>,
+    /// The cluster's nodes it is about (a cluster rule), by name.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<String>,
 }
 
 impl Finding {
     fn new(rule: Rule, message: String, queues: Vec<QueueName>, exchanges: Vec<ExchangeName>) -> Finding {
-        Finding { rule, severity: rule.severity(), message, because: rule.because(), queues, exchanges }
+        Finding {
+            rule,
+            severity: rule.severity(),
+            message,
+            because: rule.because(),
+            queues,
+            exchanges,
+            nodes: Vec::new(),
+        }
     }
 
     fn on(rule: Rule, queue: &QueueName, message: String) -> Finding {
@@ -101,11 +113,121 @@ pub fn check(n: &Network) -> Vec<Finding> {
         out.extend(schedule_outlives_ttl(&s));
     }
     dead_letter_cycles(n, &mut out);
+    out.extend(cluster(n));
+    sort(&mut out);
+    out
+}
+
+/// The cluster's hazards alone: queues whose nodes are down and nodes whose alarms block
+/// publishers. Nothing on a spec or a live vhost whose nodes could not be read.
+pub fn cluster(n: &Network) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for name in n.queue_names() {
+        let q = &n.queues[name];
+        out.extend(quorum_members_offline(name, q));
+        out.extend(quorum_below_majority(name, q));
+        out.extend(classic_queue_unavailable(name, q));
+    }
+    out.extend(publishers_blocked(n));
+    sort(&mut out);
+    out
+}
+
+fn sort(out: &mut Vec<Finding>) {
     out.sort_by(|a, b| {
         (a.severity, a.rule, &a.queues, &a.exchanges).cmp(&(b.severity, b.rule, &b.queues, &b.exchanges))
     });
     out.dedup();
-    out
+}
+
+/// `a@h (online), b@h (offline)`: a quorum queue's members as messages name them.
+fn members(placement: &Placement) -> (Vec<String>, String) {
+    let Placement::Quorum { members, leader } = placement else { return (Vec::new(), String::new()) };
+    let text = members
+        .iter()
+        .map(|m| {
+            let lead = if leader.as_deref() == Some(m.node.as_str()) && m.online { ", leader" } else { "" };
+            format!("{} ({}{lead})", m.node, if m.online { "online" } else { "offline" })
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let offline = members.iter().filter(|m| !m.online).map(|m| m.node.clone()).collect();
+    (offline, text)
+}
+
+/// quorum-members-offline: a member on a node that does not run, a majority still online.
+fn quorum_members_offline(name: &QueueName, q: &crate::network::Queue) -> Option<Finding> {
+    let placement = q.placement.as_ref()?;
+    let (online, total) = placement.quorum_counts()?;
+    if online == total || online <= total / 2 {
+        return None;
+    }
+    let (offline, text) = members(placement);
+    let mut f = Finding::on(
+        Rule::QuorumMembersOffline,
+        name,
+        format!(
+            "quorum queue `{name}` has {online} of {total} members online: {text}; losing {} more stops it",
+            online - total / 2
+        ),
+    );
+    f.nodes = offline;
+    Some(f)
+}
+
+/// quorum-below-majority: fewer than a majority of members online.
+fn quorum_below_majority(name: &QueueName, q: &crate::network::Queue) -> Option<Finding> {
+    let placement = q.placement.as_ref()?;
+    let (online, total) = placement.quorum_counts()?;
+    if online > total / 2 {
+        return None;
+    }
+    let (offline, text) = members(placement);
+    let mut f = Finding::on(
+        Rule::QuorumBelowMajority,
+        name,
+        format!(
+            "quorum queue `{name}` has {online} of {total} members online, fewer than the {} it needs: {text}; it refuses publishes and delivers nothing until one of {} is back",
+            total / 2 + 1,
+            offline.join(", ")
+        ),
+    );
+    f.nodes = offline;
+    Some(f)
+}
+
+/// classic-queue-unavailable: a classic queue whose node is down.
+fn classic_queue_unavailable(name: &QueueName, q: &crate::network::Queue) -> Option<Finding> {
+    let Some(Placement::Classic { node, available: false }) = &q.placement else { return None };
+    let mut f = Finding::on(
+        Rule::ClassicQueueUnavailable,
+        name,
+        format!("classic queue `{name}` is unavailable: it lives on node {node}, which is down"),
+    );
+    f.nodes = vec![node.clone()];
+    Some(f)
+}
+
+/// publishers-blocked: a node with a memory or disk alarm.
+fn publishers_blocked(n: &Network) -> Vec<Finding> {
+    n.nodes
+        .iter()
+        .filter(|node| !node.alarms.is_empty())
+        .map(|node| {
+            let alarms = node.alarms.iter().map(|a| a.as_str()).collect::<Vec<_>>().join(" and ");
+            let mut f = Finding::new(
+                Rule::PublishersBlocked,
+                format!(
+                    "node {} has a {alarms} alarm: every connection that publishes to the cluster is blocked, the consumers' retries too, until it clears",
+                    node.name
+                ),
+                Vec::new(),
+                Vec::new(),
+            );
+            f.nodes = vec![node.name.clone()];
+            f
+        })
+        .collect()
 }
 
 fn lost_or_stuck(at_least_once: bool) -> &'static str {
@@ -555,6 +677,30 @@ mod tests {
         assert_eq!(upgraded(Version::new(4, 3, 6)), [Rule::ArgumentRefusedByBroker]);
         assert_eq!(upgraded(Version::new(4, 0, 5)), Vec::<Rule>::new());
         assert_eq!(upgraded(Version::new(3, 10, 8)), [Rule::RedeliveriesUnbounded]);
+    }
+
+    #[test]
+    fn a_cluster_judges_members_online_against_a_majority() {
+        use crate::live::{Alarm, Member, Node, Placement};
+        let quorum = |online: &[bool]| {
+            let members =
+                online.iter().enumerate().map(|(i, on)| Member { node: format!("n{i}"), online: *on }).collect();
+            let mut n = Network::default().with_queue("q", &[("x-queue-type", crate::model::ArgValue::str("quorum"))]);
+            n.queues.get_mut("q").unwrap().placement = Some(Placement::Quorum { leader: Some("n0".into()), members });
+            cluster(&n).into_iter().map(|f| (f.rule, f.nodes)).collect::<Vec<_>>()
+        };
+        assert_eq!(quorum(&[true, true, true]), []);
+        assert_eq!(quorum(&[true, true, false]), [(Rule::QuorumMembersOffline, vec!["n2".to_string()])]);
+        assert_eq!(quorum(&[true, false, false]), [(Rule::QuorumBelowMajority, vec!["n1".to_string(), "n2".into()])]);
+        // Five members: three online is a majority, two is not.
+        assert_eq!(quorum(&[true, true, true, false, false])[0].0, Rule::QuorumMembersOffline);
+        assert_eq!(quorum(&[true, true, false, false, false])[0].0, Rule::QuorumBelowMajority);
+
+        let mut n = Network::default().with_queue("c", &[]);
+        n.queues.get_mut("c").unwrap().placement = Some(Placement::Classic { node: "n1".into(), available: false });
+        n.nodes = vec![Node { name: "n0".into(), running: true, alarms: vec![Alarm::Disk] }];
+        let rules: Vec<Rule> = cluster(&n).into_iter().map(|f| f.rule).collect();
+        assert_eq!(rules, [Rule::ClassicQueueUnavailable, Rule::PublishersBlocked]);
     }
 
     #[test]

@@ -28,10 +28,14 @@ pub enum Rule {
     RedeliveriesUnbounded,
     ArgumentRefusedByBroker,
     ScheduleOutlivesTtl,
+    QuorumMembersOffline,
+    QuorumBelowMajority,
+    ClassicQueueUnavailable,
+    PublishersBlocked,
 }
 
 impl Rule {
-    pub const ALL: [Rule; 17] = [
+    pub const ALL: [Rule; 21] = [
         Rule::DeadLetterExchangeMissing,
         Rule::DeadLettersUnroutable,
         Rule::DeadLettersFanOut,
@@ -49,6 +53,10 @@ impl Rule {
         Rule::RedeliveriesUnbounded,
         Rule::ArgumentRefusedByBroker,
         Rule::ScheduleOutlivesTtl,
+        Rule::QuorumMembersOffline,
+        Rule::QuorumBelowMajority,
+        Rule::ClassicQueueUnavailable,
+        Rule::PublishersBlocked,
     ];
 
     /// The id shown in brackets and in JSON.
@@ -71,6 +79,10 @@ impl Rule {
             Rule::RedeliveriesUnbounded => "redeliveries-unbounded",
             Rule::ArgumentRefusedByBroker => "argument-refused-by-broker",
             Rule::ScheduleOutlivesTtl => "schedule-outlives-ttl",
+            Rule::QuorumMembersOffline => "quorum-members-offline",
+            Rule::QuorumBelowMajority => "quorum-below-majority",
+            Rule::ClassicQueueUnavailable => "classic-queue-unavailable",
+            Rule::PublishersBlocked => "publishers-blocked",
         }
     }
 
@@ -79,7 +91,8 @@ impl Rule {
             Rule::WaitQueueWithConsumers
             | Rule::DeadLetterRoutingKeyMissing
             | Rule::RedeliveriesUnbounded
-            | Rule::ScheduleOutlivesTtl => Severity::Warning,
+            | Rule::ScheduleOutlivesTtl
+            | Rule::QuorumMembersOffline => Severity::Warning,
             _ => Severity::Error,
         }
     }
@@ -135,6 +148,18 @@ impl Rule {
             }
             Rule::ArgumentRefusedByBroker => {
                 "RabbitMQ 4.3 refuses to declare a queue with x-queue-version = 1 or x-queue-master-locator: a queue that has one cannot be declared again, by a redeploy, an import or a client."
+            }
+            Rule::QuorumMembersOffline => {
+                "A quorum queue works while a majority of its members is online; with a member on a stopped node, fewer further losses stop it, and the member catches up only when its node is back."
+            }
+            Rule::QuorumBelowMajority => {
+                "A quorum queue with fewer than a majority of its members online has no leader: it refuses publishes (a confirm never comes, or a nack), delivers nothing, and dead letters into it are held or dropped, until a majority is back."
+            }
+            Rule::ClassicQueueUnavailable => {
+                "A classic queue lives on one node: while that node is down, the queue cannot be declared, consumed or published to, and messages routed to it are dropped (returned with mandatory)."
+            }
+            Rule::PublishersBlocked => {
+                "A memory or disk alarm on any node of a cluster blocks every connection that publishes, on every node, until it clears: producers stall, and so do consumers that publish their retries (republish)."
             }
         }
     }

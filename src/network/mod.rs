@@ -33,6 +33,8 @@ pub struct Network {
     /// The RabbitMQ release the network runs on: the live broker's, or for a spec the one it is
     /// judged for (`lint --broker-version`, the current release by default).
     pub version: Version,
+    /// The cluster's nodes, for a live vhost whose nodes could be read; empty for a spec.
+    pub nodes: Vec<crate::live::Node>,
 }
 
 #[derive(Debug, Clone)]
@@ -56,6 +58,8 @@ pub struct Queue {
     pub consumers: Option<u64>,
     /// The part the queue plays, when a spec says so.
     pub role: Option<RoleKind>,
+    /// Where it lives in the cluster: live queues only.
+    pub placement: Option<crate::live::Placement>,
 }
 
 impl Queue {
@@ -177,6 +181,7 @@ impl Default for Network {
             by_source: Map::default(),
             feeders: OnceCell::new(),
             version: version::CURRENT,
+            nodes: Vec::new(),
         }
     }
 }
@@ -205,6 +210,7 @@ impl Network {
                         unacked: None,
                         consumers: None,
                         role: Some(q.role.kind()),
+                        placement: None,
                     };
                     n.queues.insert(q.name.clone(), queue);
                 }
@@ -217,6 +223,7 @@ impl Network {
     pub fn from_live(live: &Live) -> Network {
         let mut n = Network {
             version: live.version.as_deref().and_then(|v| v.parse().ok()).unwrap_or(version::CURRENT),
+            nodes: live.nodes.clone().unwrap_or_default(),
             ..Network::default()
         };
         for b in live.bindings.iter().flatten() {
@@ -242,6 +249,7 @@ impl Network {
                 unacked: q.unacked,
                 consumers: q.consumers,
                 role: None,
+                placement: q.placement.clone(),
             };
             n.queues.insert(name.clone(), queue);
         }
@@ -592,6 +600,7 @@ impl Network {
             ready: Some(0),
             unacked: Some(0),
             consumers: Some(0),
+            placement: None,
             role: None,
         };
         self.queues.insert(name.into(), queue);

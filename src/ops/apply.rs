@@ -71,6 +71,13 @@ pub struct VhostReport {
     pub refused: Vec<Refusal>,
     /// What each migration did, in the order they ran.
     pub migrated: Vec<super::migrate::Migrated>,
+    /// Where the quorum queues this plan creates get their members, when it creates any and the
+    /// cluster's nodes could be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quorum_members: Option<plan::placement::QuorumMembers>,
+    /// Connections lost while carrying out the plan, and the node of the cluster that took over.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub failovers: Vec<amqp::Failover>,
 }
 
 /// A step the broker refused, by its index in `steps`, and the broker's reason.
@@ -231,20 +238,26 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], req
                     fingerprint.combined
                 )
             });
-            work.push((session, plan, read_from, note, version, fingerprint));
+            let creates_quorum = plan.steps.iter().any(|s| {
+                matches!(s, Step::Create { object: Object::Queue(q) } if crate::plan::is_quorum(&q.arguments))
+            });
+            let quorum_members =
+                live.nodes.as_deref().filter(|_| creates_quorum).map(plan::placement::quorum_members);
+            work.push((session, plan, read_from, note, version, fingerprint, quorum_members));
         }
 
         let stale = match &request.expect {
             Some(expected) => {
-                let plans: Vec<_> = work.iter().map(|(_, p, _, _, _, f)| (p, f)).collect();
+                let plans: Vec<_> = work.iter().map(|(_, p, _, _, _, f, _)| (p, f)).collect();
                 staleness(expected, &plans)
             }
             None => Vec::new(),
         };
-        let conflicts = work.iter().map(|(_, p, _, _, _, _)| p.conflicts().count()).sum::<usize>();
+        let conflicts = work.iter().map(|(_, p, _, _, _, _, _)| p.conflicts().count()).sum::<usize>();
         let apply = conflicts == 0 && !request.dry_run && stale.is_empty();
         let mut vhosts = Vec::new();
-        for (mut session, plan, read_from, note, broker_version, fingerprint) in work {
+        for (mut session, plan, read_from, note, broker_version, fingerprint, quorum_members) in work {
+            let mut failovers = Vec::new();
             let (refused, migrated) = if apply {
                 crate::output::narrate(|| {
                     format!(
@@ -253,7 +266,7 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], req
                         plan.steps.iter().filter(|s| s.changes()).count()
                     )
                 });
-                execute(&mut session, endpoint, &plan).await?
+                execute(&mut session, endpoint, &plan, &mut failovers).await?
             } else {
                 (Vec::new(), Vec::new())
             };
@@ -269,6 +282,8 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], req
                 overrides,
                 refused,
                 migrated,
+                quorum_members,
+                failovers,
             });
         }
         Ok(Report { dry_run: request.dry_run, applied: apply, cluster_name: cluster, stale, vhosts })
@@ -294,6 +309,7 @@ async fn execute(
     session: &mut amqp::Session,
     endpoint: &Endpoint,
     plan: &Plan,
+    failovers: &mut Vec<amqp::Failover>,
 ) -> Result<(Vec<Refusal>, Vec<super::migrate::Migrated>)> {
     let mut phases = plan::phases(plan);
     let after = phases.split_off(plan::MIGRATIONS + 1);
@@ -307,7 +323,7 @@ async fn execute(
             })
             .collect()
     };
-    let mut refused = refusals(session.execute(plan, phases).await?);
+    let mut refused = refusals(session.execute(endpoint, plan, phases, failovers).await?);
     let mut migrated = Vec::new();
     if refused.iter().any(|r| plan.steps[r.step].refusal_stops_the_run()) {
         return Ok((refused, migrated));
@@ -323,6 +339,6 @@ async fn execute(
             _ => {}
         }
     }
-    refused.extend(refusals(session.execute(plan, after).await?));
+    refused.extend(refusals(session.execute(endpoint, plan, after, failovers).await?));
     Ok((refused, migrated))
 }

@@ -7,7 +7,9 @@ use serde::Serialize;
 
 use crate::broker::{Endpoint, amqp, http, identity};
 use crate::compile::CompiledTopology;
+use crate::hazard::{self, Finding};
 use crate::model::{ArgValue, Binding, ExchangeName, Object, QueueName};
+use crate::network::Network;
 use crate::plan::{self, Difference, Options, Plan, Step, WayOut};
 use crate::policy::{Setting, Source};
 
@@ -112,6 +114,10 @@ pub struct Entry {
 pub struct VhostDiff {
     pub vhost: String,
     pub objects: Vec<Entry>,
+    /// The cluster's view of the spec's queues: members or nodes down, nodes with an alarm
+    /// (the cluster rules of `inspect`). Not drift: the objects are as the spec says.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hazards: Vec<Finding>,
 }
 
 #[derive(Debug, Serialize)]
@@ -175,11 +181,21 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)]) -> 
             if let Some(session) = session {
                 session.close().await;
             }
-            plans.push(plan);
+            let wanted = plan::desired_queues(topologies);
+            let hazards: Vec<Finding> = hazard::cluster(&Network::from_live(&live))
+                .into_iter()
+                .filter(|f| f.queues.is_empty() || f.queues.iter().any(|q| wanted.contains(q)))
+                .collect();
+            plans.push((plan, hazards));
         }
         Ok(plans)
     })?;
-    Ok(report(&plans))
+    let (plans, hazards): (Vec<Plan>, Vec<Vec<Finding>>) = plans.into_iter().unzip();
+    let mut report = report(&plans);
+    for (v, h) in report.vhosts.iter_mut().zip(hazards) {
+        v.hazards = h;
+    }
+    Ok(report)
 }
 
 /// The plan, read as a description of the differences. Pure.
@@ -200,7 +216,7 @@ pub fn report(plans: &[Plan]) -> Report {
             for e in &objects {
                 *summary.entry(e.status).or_insert(0) += 1;
             }
-            VhostDiff { vhost: p.vhost.clone(), objects }
+            VhostDiff { vhost: p.vhost.clone(), objects, hazards: Vec::new() }
         })
         .collect();
     let in_sync = summary.keys().all(|s| *s == Status::InSync);

@@ -32,6 +32,9 @@ pub struct Request {
 pub struct Report {
     pub vhost: String,
     pub version: Option<String>,
+    /// The cluster's nodes: which run, and their alarms (absent when they could not be read).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<Vec<crate::live::Node>>,
     pub queues: Vec<QueueReport>,
     pub hazards: Vec<Finding>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -73,6 +76,10 @@ pub struct QueueReport {
     /// RabbitMQ 4.3's delayed retry, when the queue has it: `x-delayed-retry-*` by name.
     #[serde(skip_serializing_if = "Arguments::is_empty")]
     pub delayed_retry: Arguments,
+    /// Where it lives: a quorum queue's leader and members (each online or not), a classic
+    /// queue's node.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placement: Option<crate::live::Placement>,
 }
 
 #[derive(Debug, Serialize)]
@@ -119,8 +126,11 @@ pub fn run(endpoint: &Endpoint, request: &Request) -> Result<Vec<Report>> {
         {
             bail!("queue `{only}` does not exist in vhost `{vhost}`");
         }
-        let hazards: Vec<Finding> =
-            hazard::check(&network).into_iter().filter(|f| f.queues.iter().any(&selected)).collect();
+        // A node's alarm is about no queue in particular: every publisher is blocked.
+        let hazards: Vec<Finding> = hazard::check(&network)
+            .into_iter()
+            .filter(|f| f.queues.is_empty() || f.queues.iter().any(&selected))
+            .collect();
         let queues =
             network.queue_names().into_iter().filter(|q| selected(q)).map(|q| queue_report(&network, q)).collect();
         let dead_letters = match (&request.queue, request.peek) {
@@ -145,7 +155,14 @@ pub fn run(endpoint: &Endpoint, request: &Request) -> Result<Vec<Report>> {
             }
             _ => None,
         };
-        reports.push(Report { vhost: vhost.clone(), version: live.version.clone(), queues, hazards, dead_letters });
+        reports.push(Report {
+            vhost: vhost.clone(),
+            version: live.version.clone(),
+            nodes: live.nodes.clone(),
+            queues,
+            hazards,
+            dead_letters,
+        });
     }
     Ok(reports)
 }
@@ -230,6 +247,7 @@ fn queue_report(n: &Network, name: &QueueName) -> QueueReport {
         consumers: q.consumers,
         effective,
         dead_letters,
+        placement: q.placement.clone(),
     }
 }
 

@@ -5,6 +5,7 @@
 pub mod fingerprint;
 mod leftover;
 pub mod migrate;
+pub mod placement;
 mod remedy;
 
 use std::collections::BTreeSet;

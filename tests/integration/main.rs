@@ -3,6 +3,7 @@
 
 mod apply;
 mod cli;
+mod cluster;
 mod config;
 mod connect;
 mod diff;
