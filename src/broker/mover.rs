@@ -37,7 +37,9 @@ pub enum Until {
     /// The source has no message ready and none is in flight.
     Empty,
     /// The source has at most this many messages ready: it is still being fed, and the caller
-    /// switches its bindings next, so that the few left are moved after the switch.
+    /// switches its bindings next, so that the few left are moved after the switch. Also once
+    /// as many messages have moved as the source held at the start: a source fed faster than
+    /// messages move would otherwise never catch up.
     CaughtUp { ready: u64 },
 }
 
@@ -72,6 +74,7 @@ pub async fn move_messages(session: &Session, from: &str, to: &str, until: Until
         .basic_consume(short(from)?, "hopper-move".into(), options, FieldTable::default())
         .await
         .with_context(|| format!("consuming from `{from}` to move its messages (does it have consumers?)"))?;
+    let at_start = counter.queue_counts(from).await?.map_or(0, |(ready, _)| ready);
     let mut moved = Moved::default();
     loop {
         let mut batch = Vec::new();
@@ -90,7 +93,7 @@ pub async fn move_messages(session: &Session, from: &str, to: &str, until: Until
         let ready = counter.queue_counts(from).await?.map_or(0, |(ready, _)| ready);
         let done = match until {
             Until::Empty => idle && batch.is_empty() && ready == 0,
-            Until::CaughtUp { ready: at_most } => ready <= at_most,
+            Until::CaughtUp { ready: at_most } => ready <= at_most || moved.messages >= at_start,
         };
         if done {
             break;
