@@ -28,10 +28,11 @@ pub enum Rule {
     RedeliveriesUnbounded,
     ArgumentRefusedByBroker,
     ScheduleOutlivesTtl,
+    IdempotencyKeyUnstated,
 }
 
 impl Rule {
-    pub const ALL: [Rule; 17] = [
+    pub const ALL: [Rule; 18] = [
         Rule::DeadLetterExchangeMissing,
         Rule::DeadLettersUnroutable,
         Rule::DeadLettersFanOut,
@@ -49,6 +50,7 @@ impl Rule {
         Rule::RedeliveriesUnbounded,
         Rule::ArgumentRefusedByBroker,
         Rule::ScheduleOutlivesTtl,
+        Rule::IdempotencyKeyUnstated,
     ];
 
     /// The id shown in brackets and in JSON.
@@ -71,6 +73,7 @@ impl Rule {
             Rule::RedeliveriesUnbounded => "redeliveries-unbounded",
             Rule::ArgumentRefusedByBroker => "argument-refused-by-broker",
             Rule::ScheduleOutlivesTtl => "schedule-outlives-ttl",
+            Rule::IdempotencyKeyUnstated => "idempotency-key-unstated",
         }
     }
 
@@ -79,7 +82,8 @@ impl Rule {
             Rule::WaitQueueWithConsumers
             | Rule::DeadLetterRoutingKeyMissing
             | Rule::RedeliveriesUnbounded
-            | Rule::ScheduleOutlivesTtl => Severity::Warning,
+            | Rule::ScheduleOutlivesTtl
+            | Rule::IdempotencyKeyUnstated => Severity::Warning,
             _ => Severity::Error,
         }
     }
@@ -132,6 +136,9 @@ impl Rule {
             }
             Rule::ScheduleOutlivesTtl => {
                 "With native delayed retry a message stays in its queue through every retry, and its TTL counts from its first arrival: a TTL shorter than the retry schedule expires it before its last attempt."
+            }
+            Rule::IdempotencyKeyUnstated => {
+                "RabbitMQ delivers at least once: after a lost ack, a confirmed retry copy, a redrive or a migration the same message arrives again, and a consumer can only tell it from a new one by a key the producer set once and every hop kept."
             }
             Rule::ArgumentRefusedByBroker => {
                 "RabbitMQ 4.3 refuses to declare a queue with x-queue-version = 1 or x-queue-master-locator: a queue that has one cannot be declared again, by a redeploy, an import or a client."

@@ -287,6 +287,7 @@ async fn jittered_retries_spread(broker: Broker) {
         max_attempts = 3
         jitter = 1.0
         jitter_buckets = 5
+        idempotency_key = "message_id"
         "#,
     );
     let spec = spec.to_str().unwrap();
