@@ -5,6 +5,7 @@ mod apply;
 mod cli;
 mod config;
 mod connect;
+mod consumer;
 mod diff;
 mod export;
 mod flow;

@@ -490,6 +490,19 @@ pub async fn wait_for_count(connection: &Connection, queue: &str, n: u32, limit:
     }
 }
 
+/// Waits until `queue` holds at least `n` messages; panics after `limit`.
+pub async fn wait_for_count_at_least(connection: &Connection, queue: &str, n: u32, limit: Duration) {
+    let start = Instant::now();
+    loop {
+        let c = count(connection, queue).await;
+        if c.is_some_and(|c| c >= n) {
+            return;
+        }
+        assert!(start.elapsed() < limit, "{queue} holds {c:?} messages after {limit:?}, expected at least {n}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Waits until a queue exists (asynchronous imports), for at most 30 s.
 pub async fn wait_for_exists(connection: &Connection, queue: &str) {
     let start = Instant::now();
