@@ -195,6 +195,20 @@ async fn session<H: Handler>(
     // shows what happens.
     let properties = ConnectionProperties::default().with_connection_name(settings.connection_name.as_str().into());
     let connection = Connection::connect(&settings.amqp_url, properties).await?;
+    let ended = consume_all(&connection, settings, contract, handler, stop, backoff).await;
+    // Whatever a consumer still holds is not acked: closing gives it back to its queue.
+    let _ = connection.close(200, "retry_consumer stops".into()).await;
+    ended
+}
+
+async fn consume_all<H: Handler>(
+    connection: &Connection,
+    settings: &Settings,
+    contract: &Contract,
+    handler: &Arc<H>,
+    stop: &mut watch::Receiver<bool>,
+    backoff: &mut Backoff,
+) -> Result<(), Error> {
     // Copies are published on their own channel, in confirm mode.
     let publisher = connection.create_channel().await?;
     publisher.confirm_select(ConfirmSelectOptions::default()).await?;
@@ -226,10 +240,8 @@ async fn session<H: Handler>(
         Some(ended) = queues.join_next() => ended.map_err(Error::from).and_then(|r| r),
         _ = stop.changed() => Ok(()),
     };
-    // The others stop where they are: what they hold is not acked, and goes back to its queue
-    // when the connection closes.
+    // The others stop where they are, their messages unsettled (dropping the JoinSet would too).
     queues.shutdown().await;
-    let _ = connection.close(200, "retry_consumer stops".into()).await;
     ended
 }
 
