@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::model::{ExchangeName, QueueName};
-use crate::spec::{Strategy, Topology, format_duration};
+use crate::spec::{IdempotencyKey, Strategy, Topology, format_duration};
 
 /// The header that carries the delivery number of a republished copy. Not `x-` prefixed:
 /// RabbitMQ 4.x owns `x-` headers and ignores an `x-death` a client publishes.
@@ -32,6 +32,120 @@ pub struct Contract {
     /// never nack, what must count.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub delivery_counting: Vec<DeliveryCounting>,
+    /// What stays the same on every copy of a message: a consumer handles each key once.
+    pub idempotency_key: KeyInContract,
+    /// Every point where this topology can deliver a message more than once.
+    pub duplicates: Vec<Duplicate>,
+}
+
+/// The idempotency key, and whether the spec names it.
+#[derive(Debug, Clone, Serialize)]
+pub struct KeyInContract {
+    #[serde(flatten)]
+    pub key: IdempotencyKey,
+    /// `idempotency_key` is in the spec. Without it the contract relies on the message id and
+    /// nothing says who sets it: `lint` warns (idempotency-key-unstated).
+    pub stated: bool,
+    /// What producers and consumers must do with it.
+    pub rule: &'static str,
+}
+
+const KEY_RULE: &str = "the producer sets it once per business event and keeps it when it resends; hopper and the broker carry it unchanged through every retry, redrive and migration; the consumer records it in the same transaction as the message's effect, acks only after the commit, and acks without handling a message whose key is recorded";
+
+/// A point where a message can be delivered twice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DuplicateCause {
+    /// The consumer (or its connection) died after the effect, before the ack reached the broker.
+    ConsumerCrashBeforeAck,
+    /// A retry or poison copy was confirmed, and the ack of the original was lost.
+    CopyConfirmedAckLost,
+    /// `hopper redrive` put a dead letter back in the main queue.
+    Redrive,
+    /// `apply --migrate` moved the queue's messages, or a message was routed while both the
+    /// queue and its holding queue were bound.
+    Migration,
+    /// `apply` moved a retry binding to a new wait queue (a delay or jitter change): new bound
+    /// before old unbound.
+    RetryBindingMoved,
+    /// A producer resent after a lost publisher confirm.
+    ProducerResend,
+}
+
+impl DuplicateCause {
+    /// A few words for a table; the whole sentence is `Duplicate::when`.
+    pub fn label(self) -> &'static str {
+        match self {
+            DuplicateCause::ConsumerCrashBeforeAck => "consumer gone before its ack",
+            DuplicateCause::CopyConfirmedAckLost => "copy confirmed, ack lost",
+            DuplicateCause::Redrive => "hopper redrive",
+            DuplicateCause::Migration => "apply --migrate",
+            DuplicateCause::RetryBindingMoved => "apply moves a retry binding",
+            DuplicateCause::ProducerResend => "producer resends",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Duplicate {
+    pub cause: DuplicateCause,
+    /// The moment it happens.
+    pub when: &'static str,
+    /// What the consumer then receives.
+    pub then: &'static str,
+}
+
+/// Every point where a topology of this strategy delivers a message twice, and what the second
+/// delivery looks like. The key is the same on each.
+pub fn duplicates(t: &Topology) -> Vec<Duplicate> {
+    use DuplicateCause::*;
+    let mut out = vec![Duplicate {
+        cause: ConsumerCrashBeforeAck,
+        when: "the consumer or its connection goes away after the message's effect, before its ack reaches the broker",
+        then: match t.strategy {
+            Strategy::Republish => "the same message again, same hopper-attempt, marked redelivered",
+            Strategy::Chain => "the same message again from the same attempt queue, marked redelivered",
+            Strategy::Native => {
+                "the same message again, marked redelivered; RabbitMQ 4.3 counts a lost connection as a failed delivery, so x-delivery-count is one higher"
+            }
+        },
+    }];
+    match t.strategy {
+        Strategy::Republish if t.hops() > 0 => out.push(Duplicate {
+            cause: CopyConfirmedAckLost,
+            when: "a retry copy is confirmed and the ack of the original is lost (the connection goes away in between)",
+            then: "the original again at the same attempt, and its copy after the delay at the next attempt",
+        }),
+        Strategy::Chain => out.push(Duplicate {
+            cause: CopyConfirmedAckLost,
+            when: "a poison message's copy to the dead-letter exchange is confirmed and the ack of the original is lost",
+            then: "the original again at the same attempt; its copy is already in the dead-letter queue",
+        }),
+        _ => {}
+    }
+    out.push(Duplicate {
+        cause: Redrive,
+        when: "`hopper redrive` acks a dead letter only once its copy in the main queue is confirmed: a run stopped in between leaves it in both, and the next run redrives it again",
+        then: "the message again from attempt 1, with its key; a copy may also stay in the dead-letter queue",
+    });
+    out.push(Duplicate {
+        cause: Migration,
+        when: "`apply --migrate` acks each batch at its source only once its copies are confirmed: a run killed in between leaves the batch in both queues (counted in possible_duplicates); and a message routed while the queue and its holding queue are both bound reaches both",
+        then: "the same message again, with every header and property but the broker's per-delivery ones; the attempt count may start again",
+    });
+    if t.uses_retry_exchange() {
+        out.push(Duplicate {
+            cause: RetryBindingMoved,
+            when: "`apply` changes a delay or the jitter: the new wait queue is bound before the old one is unbound, so a retry routed in between waits in both",
+            then: "the retry twice, each after its own delay",
+        });
+    }
+    out.push(Duplicate {
+        cause: ProducerResend,
+        when: "a producer resends a message whose publisher confirm it did not get",
+        then: "the message twice from attempt 1: the same business event only if the producer kept its key",
+    });
+    out
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -261,6 +375,12 @@ pub fn contract(t: &Topology) -> Contract {
         } else {
             Vec::new()
         },
+        idempotency_key: KeyInContract {
+            key: t.idempotency_key.clone().unwrap_or(IdempotencyKey::MessageId),
+            stated: t.idempotency_key.is_some(),
+            rule: KEY_RULE,
+        },
+        duplicates: duplicates(t),
     }
 }
 
@@ -588,11 +708,49 @@ mod tests {
                 ],
                 "poison": { "action": "reject", "requeue": false, "reaches": "orders.dlq" },
                 "dead_letter_queue": "orders.dlq",
-                "delivery_counting": serde_json::to_value(delivery_counting()).unwrap()
+                "delivery_counting": serde_json::to_value(delivery_counting()).unwrap(),
+                "idempotency_key": { "from": "message_id", "stated": false, "rule": KEY_RULE },
+                "duplicates": serde_json::to_value(duplicates(&t)).unwrap()
             })
         );
         // A nack must never be what a consumer relies on: RabbitMQ 4.3 does not count it.
         assert!(value["delivery_counting"][2]["not_counted"].as_str().unwrap().contains("basic.nack"));
+    }
+
+    /// Each strategy names the points where it can deliver twice, and they are the ones it has:
+    /// a consumer's lost ack everywhere, a lost ack after a confirmed copy only where the
+    /// consumer publishes copies, a binding move only where there are wait queues.
+    #[test]
+    fn every_strategy_names_its_duplicates_and_the_key_that_tells_them_apart() {
+        use DuplicateCause::*;
+        let causes = |toml: &str| {
+            let k = contract(&topology(toml));
+            let value = serde_json::to_value(&k).unwrap();
+            let causes: Vec<String> =
+                value["duplicates"].as_array().unwrap().iter().map(|d| d["cause"].as_str().unwrap().into()).collect();
+            (k.duplicates.iter().map(|d| d.cause).collect::<Vec<_>>(), causes, value["idempotency_key"].clone())
+        };
+        let all = [ConsumerCrashBeforeAck, CopyConfirmedAckLost, Redrive, Migration, RetryBindingMoved, ProducerResend];
+        let (republish, names, key) = causes("[topology.orders]\ndelays = [\"1s\"]\n");
+        assert_eq!(republish, all);
+        assert_eq!(names[..2], ["consumer_crash_before_ack", "copy_confirmed_ack_lost"]);
+        assert_eq!(key, json!({ "from": "message_id", "stated": false, "rule": KEY_RULE }));
+        // No retry: no copy, no wait queue; the rest remains.
+        let (single, _, _) = causes("[topology.orders]\nmax_attempts = 1\n");
+        assert_eq!(single, [ConsumerCrashBeforeAck, Redrive, Migration, ProducerResend]);
+        // Chain: the consumer publishes only a poison message's copy.
+        let (chain, _, key) = causes(
+            "[topology.orders]\nstrategy = \"chain\"\ndelays = [\"1s\"]\nidempotency_key = { header = \"order-id\" }\n",
+        );
+        assert_eq!(chain, all);
+        assert_eq!(key, json!({ "from": "header", "header": "order-id", "stated": true, "rule": KEY_RULE }));
+        let k = contract(&topology("[topology.orders]\nstrategy = \"chain\"\ndelays = [\"1s\"]\n"));
+        assert!(k.duplicates[1].when.contains("poison"), "{:?}", k.duplicates[1]);
+        // Native: the broker redelivers; nothing is copied or bound.
+        let (native, _, key) =
+            causes("[topology.orders]\nstrategy = \"native\"\ndelays = [\"1s\"]\nidempotency_key = \"message_id\"\n");
+        assert_eq!(native, [ConsumerCrashBeforeAck, Redrive, Migration, ProducerResend]);
+        assert_eq!(key["stated"], true);
     }
 
     #[test]

@@ -724,6 +724,8 @@ pub struct Peeked {
     pub first_death_reason: Option<String>,
     pub deaths: Vec<Death>,
     pub redelivered: bool,
+    /// The `message-id` property, when the producer set one (empty counts as none).
+    pub message_id: Option<String>,
 }
 
 impl Session {
@@ -784,5 +786,6 @@ fn peeked(d: &lapin::message::Delivery) -> Peeked {
         first_death_reason: text(headers.inner().get("x-first-death-reason")),
         deaths,
         redelivered: d.redelivered,
+        message_id: d.properties.message_id().as_ref().map(|id| id.to_string()).filter(|id| !id.is_empty()),
     }
 }

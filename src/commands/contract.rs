@@ -4,7 +4,7 @@ use anyhow::Result;
 
 use super::SpecArgs;
 use crate::Exit;
-use crate::contract::{AttemptSource, contract};
+use crate::contract::{AttemptSource, Contract, contract};
 use crate::output::{self, Format};
 
 /// Print the consumer contract of each topology.
@@ -65,6 +65,30 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
             }
             output::print(&lines.join("\n"))?;
         }
+        output::print(&duplicates(c))?;
     }
     Ok(Exit::Ok)
+}
+
+/// Where a message can arrive twice, and the key that tells the copies apart.
+fn duplicates(c: &Contract) -> String {
+    let key = &c.idempotency_key;
+    let stated = if key.stated {
+        "named by the spec's idempotency_key"
+    } else {
+        "the spec does not say who sets it: set idempotency_key"
+    };
+    let mut lines = vec![
+        format!(
+            "duplicates: a message can be delivered more than once; handle each {} once ({stated})",
+            key.key.describe()
+        ),
+        format!("  {}", key.rule),
+    ];
+    let mut table = output::table(&["delivered twice when", "the consumer then gets"]);
+    for d in &c.duplicates {
+        table.add_row(vec![d.cause.label(), d.then]);
+    }
+    lines.push(table.to_string());
+    lines.join("\n")
 }

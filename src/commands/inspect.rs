@@ -175,6 +175,12 @@ fn render(r: &Report) -> String {
             ]);
         }
         lines.push(table.to_string());
+        if d.without_message_id > 0 {
+            lines.push(format!(
+                "{} of them without a message id: a consumer cannot tell their duplicates from new messages, so a redrive may process them twice",
+                d.without_message_id
+            ));
+        }
     }
     if r.hazards.is_empty() {
         lines.push("\nNo hazard found.".into());

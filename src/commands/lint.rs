@@ -29,10 +29,11 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
         Err(exit) => return Ok(exit),
     };
     let compiled = compile(&spec);
-    let findings: Vec<Finding> = crate::ops::by_vhost(&compiled)
+    let mut findings: Vec<Finding> = crate::ops::by_vhost(&compiled)
         .values()
         .flat_map(|t| hazard::check(&Network::from_compiled(t, args.broker_version)))
         .collect();
+    findings.extend(hazard::check_spec(&spec.topologies));
     match format {
         Format::Json => output::document(&serde_json::json!({
             "broker_version": args.broker_version.to_string(),

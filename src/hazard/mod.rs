@@ -577,6 +577,30 @@ fn join(queues: &[QueueName]) -> String {
     queues.iter().map(QueueName::as_str).collect::<Vec<_>>().join(", ")
 }
 
+/// Rules on what the spec says rather than on what it compiles to: `lint` runs them, `inspect`
+/// cannot (a live vhost has no contract).
+pub fn check_spec(topologies: &[crate::spec::Topology]) -> Vec<Finding> {
+    topologies.iter().filter_map(idempotency_key_unstated).collect()
+}
+
+/// idempotency-key-unstated: the contract falls back on the message id, and nothing in the spec
+/// says that producers set one (a message without it cannot be deduplicated at all).
+fn idempotency_key_unstated(t: &crate::spec::Topology) -> Option<Finding> {
+    if t.idempotency_key.is_some() {
+        return None;
+    }
+    let queues = crate::contract::contract(t).consume.into_iter().map(|c| c.queue).collect();
+    Some(Finding::new(
+        Rule::IdempotencyKeyUnstated,
+        format!(
+            "topology `{}`: its consumers can tell a duplicate only by the message id, and the spec does not say that producers set one; state it with idempotency_key = \"message_id\", or name the header producers set: idempotency_key = {{ header = \"order-id\" }}",
+            t.name
+        ),
+        queues,
+        Vec::new(),
+    ))
+}
+
 /// dead-letter-cycle: a way round with no rejection, found by following every queue's
 /// non-rejected deaths. The same cycle found from each of its queues is one finding.
 fn dead_letter_cycles(n: &Network, out: &mut Vec<Finding>) {
@@ -701,6 +725,23 @@ mod tests {
         n.nodes = vec![Node { name: "n0".into(), running: true, alarms: vec![Alarm::Disk] }];
         let rules: Vec<Rule> = cluster(&n).into_iter().map(|f| f.rule).collect();
         assert_eq!(rules, [Rule::ClassicQueueUnavailable, Rule::PublishersBlocked]);
+    }
+
+    #[test]
+    fn a_spec_that_does_not_say_who_sets_the_key_is_warned_about() {
+        let spec = |extra: &str| {
+            spec::from_str("t.toml", &format!("{extra}[topology.orders]\nstrategy = \"chain\"\ndelays = [\"1s\"]\n"))
+                .unwrap_or_else(|e| panic!("{}", e.render_plain()))
+        };
+        let findings = check_spec(&spec("").topologies);
+        assert_eq!(findings.len(), 1, "{findings:#?}");
+        let f = &findings[0];
+        assert_eq!((f.rule, f.severity), (Rule::IdempotencyKeyUnstated, Severity::Warning));
+        assert_eq!(f.queues, ["orders", "orders.attempt-2"], "the queues consumers read");
+        assert!(f.message.contains("idempotency_key = \"message_id\""), "{}", f.message);
+        for stated in ["idempotency_key = \"message_id\"\n", "idempotency_key = { header = \"order-id\" }\n"] {
+            assert_eq!(check_spec(&spec(&format!("[defaults]\n{stated}")).topologies), vec![], "{stated}");
+        }
     }
 
     #[test]

@@ -32,10 +32,11 @@ pub enum Rule {
     QuorumBelowMajority,
     ClassicQueueUnavailable,
     PublishersBlocked,
+    IdempotencyKeyUnstated,
 }
 
 impl Rule {
-    pub const ALL: [Rule; 21] = [
+    pub const ALL: [Rule; 22] = [
         Rule::DeadLetterExchangeMissing,
         Rule::DeadLettersUnroutable,
         Rule::DeadLettersFanOut,
@@ -57,6 +58,7 @@ impl Rule {
         Rule::QuorumBelowMajority,
         Rule::ClassicQueueUnavailable,
         Rule::PublishersBlocked,
+        Rule::IdempotencyKeyUnstated,
     ];
 
     /// The id shown in brackets and in JSON.
@@ -83,6 +85,7 @@ impl Rule {
             Rule::QuorumBelowMajority => "quorum-below-majority",
             Rule::ClassicQueueUnavailable => "classic-queue-unavailable",
             Rule::PublishersBlocked => "publishers-blocked",
+            Rule::IdempotencyKeyUnstated => "idempotency-key-unstated",
         }
     }
 
@@ -92,7 +95,8 @@ impl Rule {
             | Rule::DeadLetterRoutingKeyMissing
             | Rule::RedeliveriesUnbounded
             | Rule::ScheduleOutlivesTtl
-            | Rule::QuorumMembersOffline => Severity::Warning,
+            | Rule::QuorumMembersOffline
+            | Rule::IdempotencyKeyUnstated => Severity::Warning,
             _ => Severity::Error,
         }
     }
@@ -145,6 +149,9 @@ impl Rule {
             }
             Rule::ScheduleOutlivesTtl => {
                 "With native delayed retry a message stays in its queue through every retry, and its TTL counts from its first arrival: a TTL shorter than the retry schedule expires it before its last attempt."
+            }
+            Rule::IdempotencyKeyUnstated => {
+                "RabbitMQ delivers at least once: after a lost ack, a confirmed retry copy, a redrive or a migration the same message arrives again, and a consumer can only tell it from a new one by a key the producer set once and every hop kept."
             }
             Rule::ArgumentRefusedByBroker => {
                 "RabbitMQ 4.3 refuses to declare a queue with x-queue-version = 1 or x-queue-master-locator: a queue that has one cannot be declared again, by a redeploy, an import or a client."

@@ -49,6 +49,9 @@ pub struct DeadLetterSummary {
     /// What the peek did to the messages, plainly.
     pub effect: String,
     pub groups: Vec<Group>,
+    /// Messages without a message id: a consumer cannot tell their duplicates (a redrive, a
+    /// lost ack) from new messages.
+    pub without_message_id: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -151,6 +154,7 @@ pub fn run(endpoint: &Endpoint, request: &Request) -> Result<Vec<Report>> {
                     peeked: peeked.len(),
                     effect: peek_effect(quorum),
                     groups: summarize(&peeked),
+                    without_message_id: peeked.iter().filter(|p| p.message_id.is_none()).count(),
                 })
             }
             _ => None,
@@ -262,6 +266,7 @@ mod tests {
             first_death_reason: Some(first.1.into()),
             deaths: vec![Death { queue: first.0.into(), reason: first.1.into(), count: 1, time: Some(time) }],
             redelivered: false,
+            message_id: Some("m".into()),
         }
     }
 

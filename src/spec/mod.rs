@@ -55,6 +55,10 @@ pub struct Topology {
     pub delivery_limit: Option<i64>,
     /// Each hop's delay spread over `[delay, delay * (1 + fraction)]` (republish only).
     pub jitter: Option<Jitter>,
+    /// What tells a consumer a message it has handled from a new one, as the spec names it
+    /// (`idempotency_key`); unset, the contract relies on the message id, and lint warns.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<IdempotencyKey>,
     /// The file that defines the topology.
     #[serde(skip)]
     pub file: PathBuf,
@@ -66,6 +70,28 @@ pub struct Topology {
 pub struct Jitter {
     pub fraction: f64,
     pub buckets: u32,
+}
+
+/// The key that stays the same on every copy of a message (a redelivery, a retry copy, a redrive,
+/// a migration): the producer sets it once per business event, and hopper and the broker carry
+/// it unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "from", rename_all = "snake_case")]
+pub enum IdempotencyKey {
+    /// The AMQP `message-id` property.
+    MessageId,
+    /// An application header, such as `order-id`.
+    Header { header: String },
+}
+
+impl IdempotencyKey {
+    /// As a person reads it: `message id (AMQP property message-id)` or `value of header `order-id``.
+    pub fn describe(&self) -> String {
+        match self {
+            IdempotencyKey::MessageId => "message id (AMQP property message-id)".to_string(),
+            IdempotencyKey::Header { header } => format!("value of header `{header}`"),
+        }
+    }
 }
 
 /// Wait queues per hop when the spec sets jitter without `jitter_buckets`: five delays 7.5% of

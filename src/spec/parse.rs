@@ -35,6 +35,13 @@ pub(super) struct Backoff {
     pub shape: Option<Loc<String>>,
 }
 
+/// `idempotency_key` as written: `"message_id"` (checked in `validate`) or `{ header = "..." }`.
+#[derive(Debug, Clone)]
+pub(super) enum KeyDraft {
+    Named(Loc<String>),
+    Header(Loc<String>),
+}
+
 /// The fields a `[topology.NAME]` or `[defaults]` table may set; `None` where it is silent.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Fields {
@@ -53,6 +60,7 @@ pub(super) struct Fields {
     pub delivery_limit: Option<Loc<i64>>,
     pub jitter: Option<Loc<f64>>,
     pub jitter_buckets: Option<Loc<i64>>,
+    pub idempotency_key: Option<KeyDraft>,
     /// Keys whose value was wrong and already reported: their absence must not be reported again.
     pub invalid: BTreeSet<&'static str>,
 }
@@ -78,6 +86,7 @@ impl Fields {
             delivery_limit: self.delivery_limit.or_else(|| defaults.delivery_limit.clone()),
             jitter: self.jitter.or_else(|| defaults.jitter.clone()),
             jitter_buckets: self.jitter_buckets.or_else(|| defaults.jitter_buckets.clone()),
+            idempotency_key: self.idempotency_key.or_else(|| defaults.idempotency_key.clone()),
             invalid: self.invalid.union(&defaults.invalid).copied().collect(),
         }
     }
@@ -120,6 +129,7 @@ const TOPOLOGY_KEYS: &[(&str, &str, &str)] = &[
     ("delivery_limit", "an integer", "delivery_limit = 20"),
     ("jitter", "a number", "jitter = 0.3  # each hop's delay spread over [delay, delay * 1.3]"),
     ("jitter_buckets", "an integer", "jitter_buckets = 5"),
+    ("idempotency_key", "a string or a table", r#"idempotency_key = "message_id"  # or { header = "order-id" }"#),
 ];
 
 const TOP_LEVEL_KEYS: &[(&str, &str, &str)] = &[
@@ -134,6 +144,8 @@ const BACKOFF_KEYS: &[(&str, &str, &str)] = &[
     ("max", "a duration", r#"max = "1m""#),
     ("shape", "a string", r#"shape = "linear"  # exponential | linear"#),
 ];
+
+const KEY_KEYS: &[(&str, &str, &str)] = &[("header", "a string", r#"idempotency_key = { header = "order-id" }"#)];
 
 pub(super) fn parse_file(file: FileId, text: &str, diags: &mut Vec<Diagnostic>) -> Vec<Draft> {
     let root = match DeTable::parse(text) {
@@ -391,6 +403,7 @@ impl Parser<'_> {
                         f.backoff = Some(self.backoff(t, value.span(), context));
                     }
                 }
+                "idempotency_key" => f.idempotency_key = self.idempotency_key(value, context),
                 _ => {}
             }
             if self.diags.len() > before {
@@ -415,6 +428,33 @@ impl Parser<'_> {
             }
         }
         self.loc(b, span)
+    }
+}
+
+impl Parser<'_> {
+    fn idempotency_key(&mut self, value: &Value, context: &str) -> Option<KeyDraft> {
+        let key = "idempotency_key";
+        match value.get_ref() {
+            DeValue::String(_) => self.string(key, value, TOPOLOGY_KEYS).map(KeyDraft::Named),
+            DeValue::Table(table) => {
+                self.check_keys(table, KEY_KEYS, &format!("`idempotency_key` of {context}"), |_| None);
+                match table.get("header") {
+                    Some(header) => self.string("header", header, KEY_KEYS).map(KeyDraft::Header),
+                    None => {
+                        self.diags.push(
+                            Diagnostic::new(self.file, value.span(), "`idempotency_key` names no header")
+                                .label("no `header`")
+                                .hint(r#"name the header producers set: idempotency_key = { header = "order-id" }"#),
+                        );
+                        None
+                    }
+                }
+            }
+            _ => {
+                self.type_error(key, value, "a string or a table", TOPOLOGY_KEYS);
+                None
+            }
+        }
     }
 }
 

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use super::parse::{Draft, Loc};
 use super::{
-    DEFAULT_JITTER_BUCKETS, ExchangeType, Jitter, MAX_ATTEMPTS, MAX_JITTER_BUCKETS, MAX_TTL_MS, QueueType, Strategy,
-    Topology,
+    DEFAULT_JITTER_BUCKETS, ExchangeType, IdempotencyKey, Jitter, MAX_ATTEMPTS, MAX_JITTER_BUCKETS, MAX_TTL_MS,
+    QueueType, Strategy, Topology,
 };
 use crate::diagnostic::Diagnostic;
 use crate::model::{QueueName, Role, is_unsafe_char};
@@ -360,6 +360,7 @@ fn topology(
         dead_letter_queue: dead_letter_queue.value.as_str().into(),
         delivery_limit,
         jitter,
+        idempotency_key: f.idempotency_key.as_ref().and_then(|k| idempotency_key(k, diags)),
         file: sources.path(name.file).to_path_buf(),
     };
     Placed {
@@ -600,6 +601,58 @@ fn jitter(
         return None;
     }
     Some(Jitter { fraction: j.value, buckets })
+}
+
+/// `idempotency_key`: the message id, or a header that no one but the producer writes. A header
+/// the broker or hopper sets changes between deliveries (`x-delivery-count`, `x-death`,
+/// `hopper-attempt`), so a consumer deduplicating on it would take every retry for a new message.
+fn idempotency_key(draft: &super::parse::KeyDraft, diags: &mut Vec<Diagnostic>) -> Option<IdempotencyKey> {
+    use super::parse::KeyDraft;
+    let header = match draft {
+        KeyDraft::Named(name) if name.value == "message_id" => return Some(IdempotencyKey::MessageId),
+        KeyDraft::Named(name) => {
+            diags.push(
+                name.diag(format!("unknown idempotency key \"{}\"", name.value))
+                    .label("not a key hopper knows")
+                    .hint(r#"use idempotency_key = "message_id" (the AMQP message-id property producers set), or idempotency_key = { header = "order-id" } for an application header"#),
+            );
+            return None;
+        }
+        KeyDraft::Header(header) => header,
+    };
+    let lower = header.value.to_ascii_lowercase();
+    let problem = if header.value.is_empty() {
+        Some(("the idempotency header is empty".to_string(), "name the header producers set".to_string()))
+    } else if header.value.len() > 255 {
+        Some((
+            format!("the idempotency header is {} bytes long; AMQP allows 255", header.value.len()),
+            "a header name is an AMQP short string; use a shorter name".to_string(),
+        ))
+    } else if let Some(c) = header.value.chars().find(|c| is_unsafe_char(*c)) {
+        Some((
+            format!("the idempotency header contains the {} U+{:04X}", char_kind(c), c as u32),
+            "use printable characters".to_string(),
+        ))
+    } else if lower.starts_with("x-") {
+        Some((
+            format!("`{}` is a header RabbitMQ owns", header.value),
+            "RabbitMQ sets x- headers itself and changes some on every delivery (x-death, x-delivery-count): name a header only the producer sets".to_string(),
+        ))
+    } else if lower.starts_with("hopper-") {
+        Some((
+            format!("`{}` is a header hopper owns", header.value),
+            "hopper's headers change between deliveries (hopper-attempt counts attempts): name a header only the producer sets".to_string(),
+        ))
+    } else {
+        None
+    };
+    match problem {
+        Some((message, hint)) => {
+            diags.push(header.diag(message).label("not a stable key").hint(hint));
+            None
+        }
+        None => Some(IdempotencyKey::Header { header: header.value.clone() }),
+    }
 }
 
 /// How a diagnostic names an unsafe character.

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::support::{self, hopper, text};
 
-const SPEC: &str = "[topology.orders]\ndelays = [\"5s\", \"30s\"]\n";
+const SPEC: &str = "[topology.orders]\ndelays = [\"5s\", \"30s\"]\nidempotency_key = \"message_id\"\n";
 
 /// A spec file of its own, removed on drop.
 struct Scratch(std::path::PathBuf);

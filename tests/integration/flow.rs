@@ -9,10 +9,12 @@ use std::time::{Duration, Instant};
 use lapin::options::{QueueBindOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
 
-use crate::retry_consumer::{self, Contract, Contracts, Handler, Outcome};
+use lapin::message::Delivery;
+
+use crate::retry_consumer::{self, Contract, Contracts, Outcome};
 use serde_json::json;
 
-use crate::support::{self, Broker, Vhost, on_every_broker};
+use crate::support::{self, Broker, Database, RunningConsumer, Vhost, on_every_broker};
 
 /// One delivery as the consumer saw it.
 #[derive(Debug, Clone)]
@@ -25,29 +27,31 @@ struct Seen {
 
 type Log = Arc<Mutex<BTreeMap<String, Vec<Seen>>>>;
 
-/// Starts the example consumer on its own connection; it fails every message.
-async fn failing_consumer(
-    vhost: &Vhost,
-    contract: &Contract,
-) -> (Arc<lapin::Connection>, Log, tokio::task::JoinHandle<()>) {
-    let log: Log = Arc::default();
-    let seen = log.clone();
-    let handler: Handler = Arc::new(move |delivery, attempt| {
+/// Fails every message, logging each delivery.
+struct Failing {
+    log: Log,
+}
+
+impl retry_consumer::Handler for Failing {
+    async fn handle(&self, _tx: &tokio_postgres::Transaction<'_>, delivery: &Delivery, attempt: u32) -> Outcome {
         let id = support::message_id(&delivery.properties);
-        seen.lock().unwrap().entry(id).or_default().push(Seen {
+        self.log.lock().unwrap().entry(id).or_default().push(Seen {
             queue: delivery.routing_key.to_string(),
             attempt,
             at: Instant::now(),
             deaths: support::deaths(&delivery.properties),
         });
         Outcome::Failed
-    });
-    let connection = Arc::new(vhost.connect().await);
-    let (c, contract) = (connection.clone(), contract.clone());
-    let task = tokio::spawn(async move {
-        let _ = retry_consumer::consume(&c, &contract, handler).await;
-    });
-    (connection, log, task)
+    }
+}
+
+/// Starts the example consumer, with a database schema of its own; it fails every message.
+async fn failing_consumer(vhost: &Vhost, contract: &Contract) -> (RunningConsumer, Log, Database) {
+    let log: Log = Arc::default();
+    let database = Database::new(&vhost.name).await;
+    let handler = Arc::new(Failing { log: log.clone() });
+    let consumer = RunningConsumer::start(vhost, &database, "flow", contract, handler);
+    (consumer, log, database)
 }
 
 fn contract_of(vhost: &Vhost, spec: &std::path::Path) -> Contract {
@@ -99,7 +103,7 @@ async fn every_hop(broker: Broker, strategy: &str, queue_type: &str) {
         .unwrap();
 
     let contract = contract_of(&vhost, &spec);
-    let (consumer, log, task) = failing_consumer(&vhost, &contract).await;
+    let (consumer, log, _database) = failing_consumer(&vhost, &contract).await;
     let ids: Vec<String> = (0..5).map(|i| format!("order-{i}")).collect();
     // One producer counts attempts from 0: it must still get every attempt, and never be acked.
     let zero_based = |id: &str| {
@@ -113,8 +117,7 @@ async fn every_hop(broker: Broker, strategy: &str, queue_type: &str) {
     support::wait_for_count(&admin, "orders.dlq", ids.len() as u32, Duration::from_secs(60)).await;
     // Give a stray duplicate, if any, the time to show up before counting.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    consumer.close(200, "done".into()).await.unwrap();
-    let _ = task.await;
+    consumer.stop().await;
 
     let log = log.lock().unwrap().clone();
     assert_eq!(log.keys().cloned().collect::<Vec<_>>(), ids, "every message and only them");
@@ -203,13 +206,12 @@ async fn delay_change(broker: Broker, strategy: &str) {
 
     // First deliveries fail, so every message is now waiting in the old wait queue.
     let contract = contract_of(&vhost, &spec);
-    let (consumer, log, task) = failing_consumer(&vhost, &contract).await;
+    let (consumer, log, _database) = failing_consumer(&vhost, &contract).await;
     let admin = vhost.connect().await;
     let ids: Vec<String> = (0..5).map(|i| format!("waiting-{i}")).collect();
     support::publish(&admin, "orders", "orders", &ids).await;
     support::wait_for_count(&admin, old_wait, ids.len() as u32, Duration::from_secs(20)).await;
-    consumer.close(200, "pause".into()).await.unwrap();
-    let _ = task.await;
+    consumer.stop().await;
     assert!(log.lock().unwrap().values().all(|s| s.len() == 1));
 
     let spec = vhost.spec("orders.toml", &topology("1s"));
@@ -231,11 +233,10 @@ async fn delay_change(broker: Broker, strategy: &str) {
     assert_eq!(support::count(&admin, old_wait).await, Some(5), "apply did not touch the waiting messages");
 
     // A message failing now goes through the new wait queue; the waiting ones still arrive.
-    let (consumer, log, task) = failing_consumer(&vhost, &contract_of(&vhost, &spec)).await;
+    let (consumer, log, _database) = failing_consumer(&vhost, &contract_of(&vhost, &spec)).await;
     support::publish(&admin, "orders", "orders", &["fresh".to_string()]).await;
     support::wait_for_count(&admin, "orders.dlq", ids.len() as u32 + 1, Duration::from_secs(30)).await;
-    consumer.close(200, "done".into()).await.unwrap();
-    let _ = task.await;
+    consumer.stop().await;
     let log = log.lock().unwrap().clone();
     for id in &ids {
         let seen = &log[id];
@@ -287,6 +288,7 @@ async fn jittered_retries_spread(broker: Broker) {
         max_attempts = 3
         jitter = 1.0
         jitter_buckets = 5
+        idempotency_key = "message_id"
         "#,
     );
     let spec = spec.to_str().unwrap();
@@ -300,14 +302,13 @@ async fn jittered_retries_spread(broker: Broker) {
             .collect();
 
     let contract = contract_of(&vhost, std::path::Path::new(spec));
-    let (consumer, log, task) = failing_consumer(&vhost, &contract).await;
+    let (consumer, log, _database) = failing_consumer(&vhost, &contract).await;
     let admin = vhost.connect().await;
     let ids: Vec<String> = (0..400).map(|i| format!("burst-{i:03}")).collect();
     support::publish(&admin, "orders", "orders", &ids).await;
     support::wait_for_count(&admin, "orders.dlq", ids.len() as u32, Duration::from_secs(120)).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    consumer.close(200, "done".into()).await.unwrap();
-    let _ = task.await;
+    consumer.stop().await;
 
     let log = log.lock().unwrap().clone();
     assert_eq!(log.keys().cloned().collect::<Vec<_>>(), ids, "every message and only them");
@@ -426,14 +427,13 @@ async fn native_retry(broker: Broker) {
     assert_eq!((code, &diff["in_sync"]), (Some(0), &json!(true)), "{diff:#}");
 
     let contract = contract_of(&vhost, std::path::Path::new(spec));
-    let (consumer, log, task) = failing_consumer(&vhost, &contract).await;
+    let (consumer, log, _database) = failing_consumer(&vhost, &contract).await;
     let admin = vhost.connect().await;
     let ids: Vec<String> = (0..5).map(|i| format!("order-{i}")).collect();
     support::publish(&admin, "orders", "order.created", &ids).await;
     support::wait_for_count(&admin, "orders.dlq", ids.len() as u32, Duration::from_secs(60)).await;
     tokio::time::sleep(Duration::from_millis(800)).await;
-    consumer.close(200, "done".into()).await.unwrap();
-    let _ = task.await;
+    consumer.stop().await;
 
     let log = log.lock().unwrap().clone();
     assert_eq!(log.keys().cloned().collect::<Vec<_>>(), ids, "every message and only them");

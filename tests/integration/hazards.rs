@@ -211,11 +211,11 @@ async fn a_hopper_topology_has_no_hazard(broker: Broker) {
     let vhost = Vhost::new(broker, "hazard-none").await;
     let orders = vhost.spec(
         "orders.toml",
-        "[topology.orders]\nexchange_type = \"topic\"\ndelays = [\"1s\", \"5s\"]\nmax_attempts = 3\n",
+        "[topology.orders]\nexchange_type = \"topic\"\ndelays = [\"1s\", \"5s\"]\nmax_attempts = 3\nidempotency_key = \"message_id\"\n",
     );
     let payments = vhost.spec(
         "payments.toml",
-        "[topology.payments]\nstrategy = \"chain\"\nqueue_type = \"classic\"\ndelays = [\"1s\"]\nmax_attempts = 3\n",
+        "[topology.payments]\nstrategy = \"chain\"\nqueue_type = \"classic\"\ndelays = [\"1s\"]\nmax_attempts = 3\nidempotency_key = { header = \"payment-id\" }\n",
     );
     assert_eq!(vhost.hopper(&["apply", orders.to_str().unwrap(), payments.to_str().unwrap()]).status.code(), Some(0));
     let (code, hazards) = inspect(&vhost);

@@ -89,7 +89,34 @@ async fn peek_with_a_negative_delivery_limit(broker: Broker) {
     support::wait_for_count(&c, "parked", 5, std::time::Duration::from_secs(10)).await;
 }
 
+/// Parked messages without a message id (none, or an empty one) are counted: nothing can tell
+/// their duplicates apart, so a redrive of them may be processed twice.
+async fn dead_letters_without_a_message_id_are_counted(broker: Broker) {
+    let vhost = Vhost::new(broker, "inspect-no-id").await;
+    let spec = vhost.spec("orders.toml", "[topology.orders]\nqueue_type = \"classic\"\nmax_attempts = 1\n");
+    assert_eq!(vhost.hopper(&["apply", spec.to_str().unwrap()]).status.code(), Some(0));
+    let c = vhost.connect().await;
+    support::publish(&c, "orders", "orders", &["a".to_string(), "b".to_string(), "c".to_string()]).await;
+    let bare = lapin::BasicProperties::default().with_delivery_mode(2);
+    support::publish_one(&c, "orders", "orders", bare.clone()).await;
+    support::publish_one(&c, "orders", "orders", bare.with_message_id("".into())).await;
+    let ch = c.create_channel().await.unwrap();
+    for _ in 0..5 {
+        let m = ch.basic_get("orders".into(), BasicGetOptions::default()).await.unwrap().expect("a message");
+        m.delivery.reject(BasicRejectOptions { requeue: false }).await.unwrap();
+    }
+    support::wait_for_count(&c, "orders.dlq", 5, Duration::from_secs(10)).await;
+    let args = ["inspect", "--vhost", &vhost.name, "--queue", "orders.dlq", "--dead-letters"];
+    let (code, report) = vhost.json(&args);
+    assert_eq!(code, Some(0), "{report:#}");
+    let summary = &report["vhosts"][0]["dead_letters"];
+    assert_eq!((&summary["peeked"], &summary["without_message_id"]), (&5.into(), &2.into()), "{summary:#}");
+    let table = support::text(&vhost.hopper(&args).stdout);
+    assert!(table.contains("2 of them without a message id"), "{table}");
+}
+
 on_every_broker!(
+    dead_letters_without_a_message_id_are_counted,
     peek_with_a_negative_delivery_limit,
     summary_consumes_nothing_classic = summary_consumes_nothing("classic"),
     summary_consumes_nothing_quorum = summary_consumes_nothing("quorum"),

@@ -6,6 +6,7 @@ mod cli;
 mod cluster;
 mod config;
 mod connect;
+mod consumer;
 mod diff;
 mod export;
 mod flow;

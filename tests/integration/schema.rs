@@ -76,8 +76,13 @@ fn every_example_spec_validates() {
 #[test]
 fn the_schema_refuses_a_misspelt_key_and_a_wrong_type() {
     let validator = validator();
-    let ok = "[topology.orders]\ndelays = [\"5s\", \"30s\"]\n";
-    assert!(hopper_accepts(ok) && errors(&validator, ok).is_empty());
+    for ok in [
+        "[topology.orders]\ndelays = [\"5s\", \"30s\"]\n",
+        "[topology.orders]\ndelays = [\"5s\"]\nidempotency_key = \"message_id\"\n",
+        "[defaults]\nidempotency_key = { header = \"order-id\" }\n[topology.orders]\ndelays = [\"5s\"]\n",
+    ] {
+        assert!(hopper_accepts(ok) && errors(&validator, ok).is_empty(), "{ok}");
+    }
     for bad in [
         "[topology.orders]\ndelay = [\"5s\"]\n",
         "vhosts = \"/\"\n[topology.orders]\ndelays = [\"5s\"]\n",
@@ -99,6 +104,12 @@ fn the_schema_refuses_a_misspelt_key_and_a_wrong_type() {
         "[topology]\n",
         "vhost = \"/\"\n",
         "[topology.orders]\ndelays = [\"5s\"]\nvhost = \"/\"\n",
+        "[topology.orders]\ndelays = [\"5s\"]\nidempotency_key = \"id\"\n",
+        "[topology.orders]\ndelays = [\"5s\"]\nidempotency_key = 5\n",
+        "[topology.orders]\ndelays = [\"5s\"]\nidempotency_key = { headers = \"order-id\" }\n",
+        "[topology.orders]\ndelays = [\"5s\"]\nidempotency_key = { header = \"\" }\n",
+        "[topology.orders]\ndelays = [\"5s\"]\nidempotency_key = { header = \"x-delivery-count\" }\n",
+        "[topology.orders]\ndelays = [\"5s\"]\nidempotency_key = { header = \"Hopper-Attempt\" }\n",
     ] {
         assert!(!hopper_accepts(bad), "hopper accepts:\n{bad}");
         assert!(!errors(&validator, bad).is_empty(), "the schema accepts what hopper refuses:\n{bad}");

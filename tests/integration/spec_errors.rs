@@ -497,6 +497,39 @@ const CASES: &[Case] = &[
         message: "`vhost` is empty",
         hint: "vhost = \"/\"",
     },
+    // The idempotency key: one the producer sets and nothing changes between deliveries.
+    Case {
+        name: "idempotency_key: an unknown name",
+        toml: "[topology.orders]\ndelays = [\"5s\"]\nidempotency_key = \"id\"\n",
+        line: 3,
+        column: 19,
+        message: "unknown idempotency key \"id\"",
+        hint: "idempotency_key = \"message_id\"",
+    },
+    Case {
+        name: "idempotency_key: a header the broker changes",
+        toml: "[topology.orders]\ndelays = [\"5s\"]\nidempotency_key = { header = \"x-delivery-count\" }\n",
+        line: 3,
+        column: 30,
+        message: "`x-delivery-count` is a header RabbitMQ owns",
+        hint: "changes some on every delivery",
+    },
+    Case {
+        name: "idempotency_key: hopper's attempt header",
+        toml: "[defaults]\nidempotency_key = { header = \"hopper-attempt\" }\n[topology.orders]\ndelays = [\"5s\"]\n",
+        line: 2,
+        column: 30,
+        message: "`hopper-attempt` is a header hopper owns",
+        hint: "hopper-attempt counts attempts",
+    },
+    Case {
+        name: "idempotency_key: a table without header",
+        toml: "[topology.orders]\ndelays = [\"5s\"]\nidempotency_key = { heder = \"order-id\" }\n",
+        line: 3,
+        column: 21,
+        message: "unknown key `heder` in `idempotency_key` of [topology.orders]",
+        hint: "did you mean `header`?",
+    },
 ];
 
 fn describe_all(err: &SpecError) -> String {

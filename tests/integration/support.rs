@@ -232,8 +232,14 @@ impl Vhost {
     }
 
     pub async fn connect(&self) -> Connection {
-        let url = format!("{}/{}", self.broker.amqp(), urlencode(&self.name));
-        Connection::connect(&url, ConnectionProperties::default()).await.expect("AMQP connection to the test vhost")
+        Connection::connect(&self.amqp_url(), ConnectionProperties::default())
+            .await
+            .expect("AMQP connection to the test vhost")
+    }
+
+    /// The broker's AMQP URL with this vhost.
+    pub fn amqp_url(&self) -> String {
+        format!("{}/{}", self.broker.amqp(), urlencode(&self.name))
     }
 }
 
@@ -484,6 +490,19 @@ pub async fn wait_for_count(connection: &Connection, queue: &str, n: u32, limit:
     }
 }
 
+/// Waits until `queue` holds at least `n` messages; panics after `limit`.
+pub async fn wait_for_count_at_least(connection: &Connection, queue: &str, n: u32, limit: Duration) {
+    let start = Instant::now();
+    loop {
+        let c = count(connection, queue).await;
+        if c.is_some_and(|c| c >= n) {
+            return;
+        }
+        assert!(start.elapsed() < limit, "{queue} holds {c:?} messages after {limit:?}, expected at least {n}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Waits until a queue exists (asynchronous imports), for at most 30 s.
 pub async fn wait_for_exists(connection: &Connection, queue: &str) {
     let start = Instant::now();
@@ -595,4 +614,100 @@ pub fn deaths(properties: &BasicProperties) -> Vec<(String, String)> {
             _ => None,
         })
         .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// PostgreSQL, where the example consumer keeps the keys it has handled
+// ---------------------------------------------------------------------------------------------
+
+/// The database the tests use: `HOPPER_TEST_DATABASE` (libpq style), by default the local
+/// server's `test` database as `postgres` (trust authentication).
+pub fn database_config() -> String {
+    std::env::var("HOPPER_TEST_DATABASE")
+        .unwrap_or_else(|_| "host=127.0.0.1 port=5432 user=postgres dbname=test".into())
+}
+
+/// A PostgreSQL schema of its own, holding the example consumer's table (`retry_consumer::SCHEMA`),
+/// so that tests run in parallel; dropped with everything in it on drop (even when the test
+/// fails).
+pub struct Database {
+    pub schema: String,
+}
+
+impl Database {
+    pub async fn new(test: &str) -> Database {
+        let tag: String = test.chars().filter(char::is_ascii_alphanumeric).take(16).collect();
+        let schema = unique(&format!("hopper_{tag}")).replace('-', "_").to_ascii_lowercase();
+        let database = Database { schema };
+        let admin = Self::connect(&database_config()).await;
+        admin.batch_execute(&format!("CREATE SCHEMA \"{}\"", database.schema)).await.expect("create the test schema");
+        database.client().await.batch_execute(crate::retry_consumer::SCHEMA).await.expect("the consumer's table");
+        database
+    }
+
+    /// Connection settings whose unqualified names are this schema's.
+    pub fn config(&self) -> String {
+        format!("{} options='-c search_path={}'", database_config(), self.schema)
+    }
+
+    pub async fn client(&self) -> tokio_postgres::Client {
+        Self::connect(&self.config()).await
+    }
+
+    async fn connect(config: &str) -> tokio_postgres::Client {
+        let (client, connection) = tokio_postgres::connect(config, tokio_postgres::NoTls)
+            .await
+            .unwrap_or_else(|e| panic!("PostgreSQL at {config}: {e}"));
+        tokio::spawn(connection);
+        client
+    }
+}
+
+impl Drop for Database {
+    fn drop(&mut self) {
+        let schema = self.schema.clone();
+        // As Vhost's drop: on a thread with a runtime of its own.
+        let _ = std::thread::spawn(move || {
+            tokio::runtime::Runtime::new().unwrap().block_on(async {
+                let admin = Database::connect(&database_config()).await;
+                let _ = admin.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE")).await;
+            })
+        })
+        .join();
+    }
+}
+
+/// The example consumer, running against a vhost and a database until stopped.
+pub struct RunningConsumer {
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RunningConsumer {
+    /// Starts `retry_consumer::run` with this handler; its connections are named `name`.
+    pub fn start<H: crate::retry_consumer::Handler>(
+        vhost: &Vhost,
+        database: &Database,
+        name: &str,
+        contract: &crate::retry_consumer::Contract,
+        handler: std::sync::Arc<H>,
+    ) -> RunningConsumer {
+        let settings = crate::retry_consumer::Settings {
+            amqp_url: vhost.amqp_url(),
+            database: database.config(),
+            connection_name: name.to_string(),
+            prefetch: 10,
+        };
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let contract = contract.clone();
+        let task =
+            tokio::spawn(async move { crate::retry_consumer::run(&settings, &contract, handler, stopped).await });
+        RunningConsumer { stop, task }
+    }
+
+    /// Stops it and waits until its connection is closed: what it held is back in its queue.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        self.task.await.expect("the consumer task ends without panicking");
+    }
 }
