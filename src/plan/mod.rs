@@ -398,7 +398,9 @@ fn step(object: &Object, live: &Live, vhost: &str, topologies: &[&CompiledTopolo
                 // until the migration moves it back.
                 Some(holding) => Step::InSync {
                     object,
-                    note: Some(format!("on `{holding}` until the queue's interrupted migration finishes (apply --migrate)")),
+                    note: Some(format!(
+                        "on `{holding}` until the queue's interrupted migration finishes (apply --migrate)"
+                    )),
                 },
                 None => Step::Create { object },
             },

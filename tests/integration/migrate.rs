@@ -262,7 +262,9 @@ async fn an_old_wait_queue_is_in_sync_and_migrates(broker: Broker) {
     let (code, diff) = vhost.json(&["diff", &spec]);
     assert_eq!(code, Some(0));
     assert!(
-        support::one(support::objects(&diff), &json!({"kind": "queue", "name": "orders.wait-3s"})).get("note").is_none()
+        support::one(support::objects(&diff), &json!({"kind": "queue", "name": "orders.wait-3s"}))
+            .get("note")
+            .is_none()
     );
     support::wait_for_count(&connection, "orders", 20, Duration::from_secs(20)).await;
     let seen = census(&connection, &["orders"]).await;
@@ -303,7 +305,8 @@ async fn strategy_moves_keep_waiting_messages(broker: Broker) {
         vhost.spec("orders.toml", &strategy(to));
         let (code, report) = vhost.json(&["apply", &spec]);
         assert_eq!(code, Some(3), "{report:#}");
-        let refused = support::one(support::steps(&report), &json!({"action": "conflict", "object": {"name": "orders"}}));
+        let refused =
+            support::one(support::steps(&report), &json!({"action": "conflict", "object": {"name": "orders"}}));
         assert!(refused["ways_out"][0]["says"].as_str().unwrap().contains("--migrate"), "{refused:#}");
         let (code, report) = vhost.json(&["apply", "--migrate", &spec]);
         assert_eq!(code, Some(0), "to {to}: {report:#}");
