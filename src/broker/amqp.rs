@@ -572,7 +572,7 @@ impl Session {
     }
 }
 
-fn peeked(d: &lapin::message::Delivery) -> Peeked {
+pub(crate) fn peeked(d: &lapin::message::Delivery) -> Peeked {
     let headers = d.properties.headers().clone().unwrap_or_default();
     let text = |v: Option<&AMQPValue>| match v {
         Some(AMQPValue::LongString(s)) => Some(s.to_string()),

@@ -4,6 +4,7 @@ pub mod amqp;
 pub mod http;
 pub mod identity;
 pub mod mover;
+pub mod redrive;
 
 use anyhow::{Result, bail};
 use lapin::uri::{AMQPScheme, AMQPUri};

@@ -29,7 +29,7 @@ const IDLE: Duration = Duration::from_millis(150);
 /// Headers the broker sets on each delivery from a quorum queue. They describe the old queue's
 /// deliveries, not the message: a copy that kept them would show counts its new queue never
 /// made (and a native-retry consumer would take them for failed attempts).
-const DELIVERY_HEADERS: [&str; 2] = ["x-delivery-count", "x-acquired-count"];
+pub(crate) const DELIVERY_HEADERS: [&str; 2] = ["x-delivery-count", "x-acquired-count"];
 
 /// When a move stops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,6 +8,7 @@ pub mod export;
 pub mod graph;
 pub mod inspect;
 pub mod lint;
+pub mod redrive;
 
 use std::path::PathBuf;
 
@@ -29,7 +30,8 @@ Examples:
   hopper apply topologies/                   converge the broker to the spec
   hopper lint topologies/                    message-loss hazards in the spec, offline
   hopper inspect --vhost /                   where messages go on the live broker, and every hazard
-  hopper graph topologies/ | dot -Tsvg       exchanges, queues, bindings and dead-letter routes";
+  hopper graph topologies/ | dot -Tsvg       exchanges, queues, bindings and dead-letter routes
+  hopper redrive topologies/ --dry-run       dead letters back to their main queue (--dry-run: what would move)";
 
 #[derive(Debug, Parser)]
 #[command(name = "hopper", version, about = "Compile, apply and explain RabbitMQ retry topologies", after_help = EXAMPLES)]
@@ -51,6 +53,7 @@ pub enum Command {
     Graph(graph::Args),
     Inspect(inspect::Args),
     Lint(lint::Args),
+    Redrive(redrive::Args),
 }
 
 /// Spec files or directories of `*.toml`, shared by every command.
@@ -122,5 +125,6 @@ pub fn run(cli: Cli) -> Result<Exit> {
         Command::Graph(args) => graph::run(args),
         Command::Inspect(args) => inspect::run(args, cli.format),
         Command::Lint(args) => lint::run(args, cli.format),
+        Command::Redrive(args) => redrive::run(args, cli.format),
     }
 }

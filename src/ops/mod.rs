@@ -5,6 +5,7 @@ pub mod apply;
 pub mod diff;
 pub mod inspect;
 pub mod migrate;
+pub mod redrive;
 
 use std::collections::BTreeMap;
 

@@ -11,6 +11,7 @@ mod migrate;
 mod props;
 mod prune;
 mod readme;
+mod redrive;
 mod safety;
 mod spec_errors;
 mod support;
