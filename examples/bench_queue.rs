@@ -30,7 +30,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     let properties =
                         BasicProperties::default().with_delivery_mode(2).with_message_id(format!("m-{i}").into());
                     let options = BasicPublishOptions { mandatory: true, immediate: false };
-                    confirms.push(channel.basic_publish("".into(), queue.as_str().into(), options, &body, properties).await?);
+                    confirms.push(
+                        channel.basic_publish("".into(), queue.as_str().into(), options, &body, properties).await?,
+                    );
                 }
                 for confirm in confirms {
                     if !matches!(confirm.await?, Confirmation::Ack(None)) {
