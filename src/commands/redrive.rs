@@ -146,7 +146,7 @@ fn render(report: &Report) -> String {
             t.started_with,
             output::safe(&t.to)
         ));
-        let verb = if report.dry_run { "would move" } else { "moved" };
+        let (verb, stay) = if report.dry_run { ("would move", "would stay") } else { ("moved", "stayed") };
         let duplicates = match t.possible_duplicates {
             0 => String::new(),
             n => format!(
@@ -154,7 +154,7 @@ fn render(report: &Report) -> String {
                 output::safe(&t.to)
             ),
         };
-        lines.push(format!("  looked at {}; {verb} {}{duplicates}; {} stayed", t.scanned, t.moved, t.stayed));
+        lines.push(format!("  looked at {}; {verb} {}{duplicates}; {} {stay}", t.scanned, t.moved, t.stayed));
         if !t.groups.is_empty() {
             let mut table = output::table(&["first died in", "reason", "messages", "oldest", "newest"]);
             let time = |t: Option<u64>| {
