@@ -85,8 +85,9 @@ pub enum Mode {
 /// The consumer's prefetch. Dead letters that stay are held unacknowledged until the end of the
 /// run, and each keeps its place in the window: a filtered run's window holds every dead letter
 /// it will look at (up to AMQP's largest prefetch, then no limit). One consumer for the whole run:
-/// measured, a second consumer on a quorum queue gives back what each held separately, out of
-/// order (4.3), or fails the connection (3.10). An unfiltered run holds nothing: two batches.
+/// measured, re-subscribing to widen the window (cancel, consume again) had a 4.3 quorum queue
+/// take back the two consumers' messages out of order, and failed 3.10's connection. An
+/// unfiltered run holds nothing: two batches.
 fn window(limits: &Limits) -> u16 {
     if !limits.filtered && limits.mode == Mode::Move {
         return 2 * BATCH;
@@ -197,10 +198,10 @@ pub async fn redrive(
     Ok((out, journal))
 }
 
-/// Gives back held messages one nack each, in the order they came. Measured: a multiple nack
-/// puts more than 32 messages back in no particular order on a RabbitMQ 3.10 quorum queue (it
-/// keeps them in an Erlang map); single nacks are returned in the order they are sent. If the
-/// channel is gone, the broker has given them back already.
+/// Gives back held messages one nack each, in the order they came: 4.0 and 4.3 quorum queues put
+/// them back at their head in that order, classic queues at their own positions. (Measured: a
+/// RabbitMQ 3.10 quorum queue takes back more than 32 messages in no particular order, by
+/// single or multiple nacks alike.) If the channel is gone, the broker has given them back.
 async fn give_back(channel: &Channel, held: &mut [u64]) {
     held.sort_unstable();
     for &tag in held.iter() {
