@@ -16,7 +16,9 @@
 #   mtls        required (fail_if_no_peer_cert)     127.0.0.1:5675   127.0.0.1:15675   rabbitmtls@localhost 25676
 #   expired     optional; its own certificate expired  127.0.0.1:5676 127.0.0.1:15676  rabbitexp@localhost  25677
 #
-# All accept guest/guest and have the management plugin on. The 4.0 and 4.3 brokers run
+# All accept guest/guest and have the management plugin on; the 4.0 and 4.3 brokers also run
+# rabbitmq_shovel and rabbitmq_shovel_management (scripts/bench --move times the management UI's
+# "move messages" against hopper redrive). The system 3.10 broker's configuration is never changed. The 4.0 and 4.3 brokers run
 # (under chroot) from debootstrapped Debian trees outside the checkout (HOPPER_RABBITMQ4_ROOT,
 # default /var/lib/hopper-ci/trixie, and HOPPER_RABBITMQ43_ROOT, default /var/lib/hopper-ci/sid),
 # built once and reused by later runs / fresh clones; they share the host's epmd.
@@ -332,7 +334,7 @@ NODE_PORT=$amqp
 DIST_PORT=$dist
 ERL_EPMD_ADDRESS=127.0.0.1
 SERVER_ADDITIONAL_ERL_ARGS=\"-kernel inet_dist_use_interface {127,0,0,1}\""
-    write_if_changed "$etc/enabled_plugins" "[rabbitmq_management]."
+    write_if_changed "$etc/enabled_plugins" "[rabbitmq_management,rabbitmq_shovel,rabbitmq_shovel_management]."
 
     # Newer trees (sid) ship no /etc/hosts at all; the node does not boot until localhost resolves.
     grep -qsE '^127\.0\.0\.1[[:space:]].*\blocalhost\b' "$root/etc/hosts" ||
@@ -358,10 +360,26 @@ tree_broker_healthy() { # http amqp version-prefix ("4.0" matches 4.0 and 4.0.x,
     [[ $v == "$3" || $v == "$3".* ]] && tcp_open "$2"
 }
 
+# The shovel plugins on a running tree broker (a tree configured before they were in its
+# enabled_plugins gets them without a restart). /api/shovels answers once they run.
+ensure_tree_plugins() { # label root node http
+    local label=$1 root=$2 node=$3 http=$4 i
+    [[ $(http_code "$http" /api/shovels) == 200 ]] && return 0
+    say "$label: enabling rabbitmq_shovel and rabbitmq_shovel_management"
+    quiet in_tree "$root" rabbitmq-plugins -n "$node" enable rabbitmq_shovel rabbitmq_shovel_management ||
+        die "$label: rabbitmq-plugins enable rabbitmq_shovel rabbitmq_shovel_management failed"
+    for ((i = 0; i < WAIT_SECS; i++)); do
+        [[ $(http_code "$http" /api/shovels) == 200 ]] && return 0
+        sleep 1
+    done
+    die "$label: http://127.0.0.1:$http/api/shovels not 200 after ${WAIT_SECS}s"
+}
+
 ensure_tree_broker() { # label suite root node amqp http dist version-prefix
     local label=$1 suite=$2 root=$3 node=$4 amqp=$5 http=$6 dist=$7 want=$8
     local up="node=$node amqp=127.0.0.1:$amqp http=127.0.0.1:$http"
     if tree_broker_healthy "$http" "$amqp" "$want"; then
+        ensure_tree_plugins "$label" "$root" "$node" "$http"
         say "$label: up ($(api_version "$http")) $up"
         return 0
     fi
@@ -388,6 +406,7 @@ ensure_tree_broker() { # label suite root node amqp http dist version-prefix
     done
     tree_broker_healthy "$http" "$amqp" "$want" ||
         die "$label: http://127.0.0.1:$http/api/overview ($want.x) or AMQP 127.0.0.1:$amqp not up after ${WAIT_SECS}s (logs: $root/var/log/rabbitmq/)"
+    ensure_tree_plugins "$label" "$root" "$node" "$http"
     say "$label: up ($(api_version "$http")) $up"
 }
 

@@ -27,6 +27,8 @@ pub struct Session {
     node: Arc<str>,
     vhost: Arc<str>,
     cluster: Arc<str>,
+    /// The user it signed in as: RabbitMQ refuses a publish whose `user_id` is another's.
+    user: Arc<str>,
 }
 
 /// The connection to a node was lost (the node stopped, was killed, or closed it): the one error
@@ -117,6 +119,7 @@ impl Session {
                         node: address.into(),
                         vhost: vhost.into(),
                         cluster: cluster.into(),
+                        user: endpoint.username().into(),
                     });
                 }
                 Ok(Err(e)) => {
@@ -185,7 +188,13 @@ impl Session {
             node: self.node.clone(),
             vhost: self.vhost.clone(),
             cluster: self.cluster.clone(),
+            user: self.user.clone(),
         })
+    }
+
+    /// The user this session signed in as.
+    pub fn user(&self) -> &str {
+        &self.user
     }
 
     async fn reopen(&mut self) -> Result<()> {
@@ -748,7 +757,7 @@ impl Session {
     }
 }
 
-fn peeked(d: &lapin::message::Delivery) -> Peeked {
+pub(crate) fn peeked(d: &lapin::message::Delivery) -> Peeked {
     let headers = d.properties.headers().clone().unwrap_or_default();
     let text = |v: Option<&AMQPValue>| match v {
         Some(AMQPValue::LongString(s)) => Some(s.to_string()),

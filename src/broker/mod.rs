@@ -4,6 +4,7 @@ pub mod amqp;
 pub mod http;
 pub mod identity;
 pub mod mover;
+pub mod redrive;
 pub mod tls;
 
 use std::sync::Arc;

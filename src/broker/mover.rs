@@ -29,7 +29,11 @@ const IDLE: Duration = Duration::from_millis(150);
 /// Headers the broker sets on each delivery from a quorum queue. They describe the old queue's
 /// deliveries, not the message: a copy that kept them would show counts its new queue never
 /// made (and a native-retry consumer would take them for failed attempts).
-const DELIVERY_HEADERS: [&str; 2] = ["x-delivery-count", "x-acquired-count"];
+pub(crate) const DELIVERY_HEADERS: [&str; 2] = ["x-delivery-count", "x-acquired-count"];
+
+/// Where a copy keeps the `user_id` property of a message another user published: RabbitMQ
+/// refuses a publish whose `user_id` is not the publishing connection's user.
+pub const USER_ID_HEADER: &str = "hopper-user-id";
 
 /// When a move stops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,7 +93,7 @@ pub async fn move_messages(session: &Session, from: &str, to: &str, until: Until
                 }
             }
         }
-        moved += forward(channel, &batch, to).await?;
+        moved += forward(channel, &batch, to, session.user()).await?;
         let ready = counter.queue_counts(from).await?.map_or(0, |(ready, _)| ready);
         let done = match until {
             Until::Empty => idle && batch.is_empty() && ready == 0,
@@ -106,7 +110,7 @@ pub async fn move_messages(session: &Session, from: &str, to: &str, until: Until
     while let Ok(Some(delivery)) = tokio::time::timeout(IDLE, consumer.next()).await {
         rest.push(delivery?);
     }
-    moved += forward(channel, &rest, to).await?;
+    moved += forward(channel, &rest, to, session.user()).await?;
     let _ = channel.close(200, "moved".into()).await;
     let _ = counter.channel().close(200, "counted".into()).await;
     Ok(moved)
@@ -115,12 +119,12 @@ pub async fn move_messages(session: &Session, from: &str, to: &str, until: Until
 /// Publishes copies of `batch` to queue `to`, waits for every confirm, then acknowledges the
 /// originals: all of them at once when every copy was routed and confirmed. Otherwise only those
 /// before the first failure, and the rest go back to the source.
-async fn forward(channel: &Channel, batch: &[Delivery], to: &str) -> Result<Moved> {
+async fn forward(channel: &Channel, batch: &[Delivery], to: &str, user: &str) -> Result<Moved> {
     let Some(last) = batch.last() else { return Ok(Moved::default()) };
     let mut confirms = Vec::with_capacity(batch.len());
     for d in batch {
         let options = BasicPublishOptions { mandatory: true, immediate: false };
-        confirms.push(channel.basic_publish("".into(), short(to)?, options, &d.data, copy_properties(d)).await?);
+        confirms.push(channel.basic_publish("".into(), short(to)?, options, &d.data, copy_properties(d, user)).await?);
     }
     let mut failed = None;
     for (i, confirm) in confirms.into_iter().enumerate() {
@@ -154,15 +158,48 @@ async fn forward(channel: &Channel, batch: &[Delivery], to: &str) -> Result<Move
     }
 }
 
-fn copy_properties(d: &Delivery) -> BasicProperties {
-    let mut properties = d.properties.clone();
-    if let Some(headers) = properties.headers().as_ref() {
-        let mut kept = FieldTable::default();
-        for (key, value) in headers.inner() {
-            if !DELIVERY_HEADERS.contains(&key.as_str()) {
-                kept.insert(key.clone(), value.clone());
-            }
+/// The message's properties for its copy: all of them, but the broker's per-delivery headers,
+/// and a `user_id` of another user moved into a header (see `USER_ID_HEADER`).
+fn copy_properties(d: &Delivery, user: &str) -> BasicProperties {
+    let original = &d.properties;
+    let foreign_user = original.user_id().as_ref().map(|u| u.to_string()).filter(|u| u != user);
+    let mut kept = FieldTable::default();
+    for (key, value) in original.headers().as_ref().map(|h| h.inner().iter()).into_iter().flatten() {
+        if !DELIVERY_HEADERS.contains(&key.as_str()) {
+            kept.insert(key.clone(), value.clone());
         }
+    }
+    let mut properties = BasicProperties::default();
+    if let Some(u) = &foreign_user {
+        kept.insert(USER_ID_HEADER.into(), lapin::types::AMQPValue::LongString(u.as_str().into()));
+    }
+    macro_rules! keep {
+        ($($get:ident => $set:ident),* $(,)?) => {$(
+            if let Some(v) = original.$get() {
+                properties = properties.$set(v.clone());
+            }
+        )*};
+    }
+    keep!(
+        content_type => with_content_type,
+        content_encoding => with_content_encoding,
+        delivery_mode => with_delivery_mode,
+        priority => with_priority,
+        correlation_id => with_correlation_id,
+        reply_to => with_reply_to,
+        expiration => with_expiration,
+        message_id => with_message_id,
+        timestamp => with_timestamp,
+        kind => with_type,
+        app_id => with_app_id,
+        cluster_id => with_cluster_id,
+    );
+    if foreign_user.is_none()
+        && let Some(u) = original.user_id()
+    {
+        properties = properties.with_user_id(u.clone());
+    }
+    if original.headers().is_some() || foreign_user.is_some() {
         properties = properties.with_headers(kept);
     }
     properties

@@ -11,6 +11,7 @@ pub mod graph;
 pub mod inspect;
 pub mod lint;
 pub mod man;
+pub mod redrive;
 pub mod schedule;
 pub mod schema;
 
@@ -38,7 +39,8 @@ Examples:
   hopper inspect --vhost /                   where messages go on the live broker, and every hazard
   hopper graph topologies/ | dot -Tsvg       exchanges, queues, bindings and dead-letter routes
   hopper config show --context prod          the broker settings a run would use, and where each came from
-  hopper schema > hopper.schema.json         JSON Schema of the spec, for editors (taplo)";
+  hopper schema > hopper.schema.json         JSON Schema of the spec, for editors (taplo)
+  hopper redrive topologies/ --dry-run       dead letters back to their main queue (--dry-run: what would move)";
 
 #[derive(Debug, Parser)]
 #[command(name = "hopper", version = crate::VERSION, about = "Compile, apply and explain RabbitMQ retry topologies", after_help = EXAMPLES)]
@@ -99,6 +101,7 @@ pub enum Command {
     Graph(graph::Args),
     Inspect(inspect::Args),
     Lint(lint::Args),
+    Redrive(redrive::Args),
     Schedule(schedule::Args),
     Schema(schema::Args),
     Completions(completions::Args),
@@ -126,6 +129,7 @@ impl Command {
             Command::Graph(_) => "graph",
             Command::Inspect(_) => "inspect",
             Command::Lint(_) => "lint",
+            Command::Redrive(_) => "redrive",
             Command::Schedule(_) => "schedule",
             Command::Schema(_) => "schema",
             Command::Completions(_) => "completions",
@@ -144,6 +148,7 @@ impl Command {
             | Command::Diff(_)
             | Command::Inspect(_)
             | Command::Lint(_)
+            | Command::Redrive(_)
             | Command::Schedule(_) => (BOTH, ""),
             Command::Export(_) => (&[Format::Json], "it prints RabbitMQ definitions, which are JSON"),
             Command::Schema(_) => (&[Format::Json], "it prints a JSON Schema"),
@@ -304,6 +309,7 @@ pub fn run(cli: Cli) -> Result<Exit> {
         Command::Graph(args) => graph::run(args),
         Command::Inspect(args) => inspect::run(args, cli.format),
         Command::Lint(args) => lint::run(args, cli.format),
+        Command::Redrive(args) => redrive::run(args, cli.format),
         Command::Schedule(args) => schedule::run(args, cli.format),
         Command::Schema(args) => schema::run(args),
         Command::Completions(args) => completions::run(args),

@@ -201,14 +201,26 @@ pub fn peek_effect(quorum: bool) -> String {
     )
 }
 
+/// The queue and reason of a dead letter's first death, and its time (seconds since the epoch):
+/// `x-first-death-*` where the broker set them, else the oldest `x-death` entry. Both `None` for
+/// a message that never died (one published straight to a dead-letter queue).
+pub fn first_death(p: &Peeked) -> (Option<String>, Option<String>, Option<u64>) {
+    let queue = p.first_death_queue.clone().or_else(|| p.deaths.last().map(|d| d.queue.clone()));
+    let reason = p.first_death_reason.clone().or_else(|| p.deaths.last().map(|d| d.reason.clone()));
+    let time = p
+        .deaths
+        .iter()
+        .find(|d| Some(&d.queue) == queue.as_ref() && Some(&d.reason) == reason.as_ref())
+        .and_then(|d| d.time);
+    (queue, reason, time)
+}
+
 /// Dead letters grouped by the queue and reason of their first death. Pure.
 pub fn summarize(peeked: &[Peeked]) -> Vec<Group> {
     let mut groups: BTreeMap<(String, String), Group> = BTreeMap::new();
     for p in peeked {
-        let queue = p.first_death_queue.clone().or_else(|| p.deaths.last().map(|d| d.queue.clone()));
-        let reason = p.first_death_reason.clone().or_else(|| p.deaths.last().map(|d| d.reason.clone()));
+        let (queue, reason, time) = first_death(p);
         let (queue, reason) = (queue.unwrap_or_else(|| "(none)".into()), reason.unwrap_or_else(|| "(none)".into()));
-        let time = p.deaths.iter().find(|d| d.queue == queue && d.reason == reason).and_then(|d| d.time);
         let g = groups.entry((queue.clone(), reason.clone())).or_insert(Group {
             first_death_queue: queue,
             first_death_reason: reason,

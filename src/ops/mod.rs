@@ -6,6 +6,7 @@ pub mod diff;
 pub mod inspect;
 pub mod migrate;
 pub mod plan_file;
+pub mod redrive;
 
 use std::collections::BTreeMap;
 

@@ -17,6 +17,7 @@ mod migrate;
 mod props;
 mod prune;
 mod readme;
+mod redrive;
 mod safety;
 mod schema;
 mod spec_errors;

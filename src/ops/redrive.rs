@@ -1,0 +1,281 @@
+//! `redrive`: a topology's dead letters back to the start of its retry flow. Every check is made
+//! for every topology before any message moves; then each dead-letter queue is redriven in
+//! turn (`broker::redrive`), or, on a dry run, peeked at.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, SystemTime};
+
+use anyhow::{Result, bail};
+use serde::Serialize;
+
+use crate::broker::amqp::Session;
+use crate::broker::redrive::{self, DeadLetter, Limits, Mode};
+use crate::broker::{Endpoint, http, identity};
+use crate::model::{ArgValue, QueueName};
+use crate::network::{Network, Reason};
+use crate::ops::inspect::{Group, first_death, peek_refusal, summarize};
+
+/// One topology's dead-letter queue and where its dead letters go back to.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub topology: String,
+    pub vhost: String,
+    pub dead_letter_queue: QueueName,
+    /// The start of the retry flow: the main queue (chain: the first attempt's queue).
+    pub main_queue: QueueName,
+}
+
+/// Which dead letters move. Every condition given must hold; an empty list means any.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    /// The reason of the first death.
+    pub reasons: BTreeSet<Reason>,
+    /// The queue of the first death.
+    pub first_queues: BTreeSet<String>,
+    /// The first death happened at least this long ago.
+    pub older_than: Option<Duration>,
+    /// The first death happened less than this long ago.
+    pub newer_than: Option<Duration>,
+    pub message_ids: BTreeSet<String>,
+}
+
+impl Filter {
+    /// Whether every dead letter matches.
+    pub fn is_empty(&self) -> bool {
+        self.reasons.is_empty()
+            && self.first_queues.is_empty()
+            && self.older_than.is_none()
+            && self.newer_than.is_none()
+            && self.message_ids.is_empty()
+    }
+
+    /// Whether `d` moves, judged at `now` (seconds since the epoch). A message without a death
+    /// record (published straight to the dead-letter queue) matches no death-based condition; a
+    /// death without a time matches no age. Pure.
+    pub fn matches(&self, d: &DeadLetter, now: u64) -> bool {
+        let (queue, reason, time) = first_death(&d.death);
+        let reason_ok = self.reasons.is_empty() || reason.is_some_and(|r| self.reasons.iter().any(|x| x.as_str() == r));
+        let queue_ok = self.first_queues.is_empty() || queue.is_some_and(|q| self.first_queues.contains(&q));
+        let age = time.map(|t| now.saturating_sub(t));
+        let older_ok = self.older_than.is_none_or(|min| age.is_some_and(|a| a >= min.as_secs()));
+        let newer_ok = self.newer_than.is_none_or(|max| age.is_some_and(|a| a < max.as_secs()));
+        let id_ok =
+            self.message_ids.is_empty() || d.message_id.as_ref().is_some_and(|id| self.message_ids.contains(id));
+        reason_ok && queue_ok && older_ok && newer_ok && id_ok
+    }
+}
+
+pub struct Request {
+    pub targets: Vec<Target>,
+    pub filter: Filter,
+    /// Move at most this many per topology.
+    pub max: Option<u64>,
+    /// Copies published per second at most.
+    pub rate: Option<u32>,
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub dry_run: bool,
+    pub topologies: Vec<TopologyReport>,
+}
+
+impl Report {
+    pub fn stopped(&self) -> bool {
+        self.topologies.iter().any(|t| t.stopped.is_some())
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct TopologyReport {
+    pub topology: String,
+    pub vhost: String,
+    pub dead_letter_queue: QueueName,
+    /// Where the dead letters went (on a dry run: would go), through the default exchange.
+    pub to: QueueName,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// Dead letters in the queue when the run started: the run looks at no more than these.
+    pub started_with: u64,
+    pub scanned: u64,
+    /// Moved (on a dry run: that would move).
+    pub moved: u64,
+    /// Dead letters that interrupted runs were copying when they stopped (their last batch, at
+    /// most 200 each): each may be in the main queue twice.
+    pub possible_duplicates: u64,
+    /// Their message ids, where they have one.
+    pub possible_duplicate_ids: Vec<String>,
+    /// Looked at and left where they were, in their order.
+    pub stayed: u64,
+    /// The moved dead letters (on a dry run: those that would move), by first death.
+    pub groups: Vec<Group>,
+    /// What the run did to the dead letters that stayed.
+    pub effect: String,
+    /// Why the run stopped early; what was not moved is still in the dead-letter queue.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
+}
+
+/// Redrives (or looks at) every target, then gives the report to `emit`, and only then clears
+/// the journals whose records it reports: a run killed before its report is out leaves them for
+/// the next one.
+pub fn run(endpoint: &Endpoint, request: &Request, emit: impl FnOnce(&Report) -> Result<()>) -> Result<Report> {
+    super::runtime()?.block_on(async {
+        // Judged on the management API's broker, moved on the AMQP one: both must be one cluster.
+        let amqp_identity = identity::amqp(endpoint).await?;
+        let http_identity = http::identity(endpoint).await?;
+        identity::same_cluster(endpoint, &amqp_identity, &http_identity)?;
+        let cluster = http_identity.cluster_name;
+
+        // Every check for every topology first: bad input leaves the broker untouched.
+        let mut checked = Vec::new();
+        for target in &request.targets {
+            let live = match http::read(endpoint, &target.vhost, http::Stats::Counted).await {
+                Ok(live) => live,
+                Err(e) => bail!("hopper redrive reads the queues through the management API and cannot: {e:#}"),
+            };
+            let network = Network::from_live(&live);
+            let (dlq, main) = (&target.dead_letter_queue, &target.main_queue);
+            for (queue, role) in [(dlq, "dead-letter queue"), (main, "main queue")] {
+                if !live.queues.contains_key(queue) {
+                    bail!(
+                        "topology `{}`: its {role} `{queue}` does not exist in vhost `{}`; nothing was moved. Apply the topology first",
+                        target.topology,
+                        target.vhost
+                    );
+                }
+            }
+            let kind = live.queues[dlq].arguments.as_ref().and_then(|a| a.get("x-queue-type")).and_then(ArgValue::as_str);
+            if kind == Some("stream") {
+                bail!(
+                    "`{dlq}` is a stream: reading a stream removes nothing, so its dead letters cannot be moved; nothing was moved"
+                );
+            }
+            // Dead letters that stay are given back, which a quorum queue counts as a delivery
+            // (up to 4.2): where a limit could be reached, refused as inspect refuses a peek.
+            if let Some(refusal) = peek_refusal(&network, dlq) {
+                bail!("{}", refusal.replacen("not peeking at", "not redriving", 1));
+            }
+            let mut session = Session::connect(endpoint, &target.vhost, &cluster).await?;
+            let Some((ready, consumers)) = session.queue_counts(dlq).await? else {
+                bail!("`{dlq}` disappeared in vhost `{}`; nothing was moved", target.vhost);
+            };
+            if consumers > 0 {
+                bail!(
+                    "`{dlq}` has {consumers} consumer(s): a redrive reads it alone (an exclusive consumer), so that no dead letter is taken twice. Stop them and run again; nothing was moved"
+                );
+            }
+            let quorum = network.queues.get(dlq).is_some_and(|q| q.quorum);
+            checked.push((target, session, ready, quorum));
+        }
+
+        let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let selected = |d: &DeadLetter| request.filter.matches(d, now);
+        let mut topologies = Vec::new();
+        let mut open = Vec::new();
+        for (target, session, ready, quorum) in checked {
+            let limits = Limits {
+                scan: ready,
+                max: request.max,
+                rate: request.rate,
+                filtered: !request.filter.is_empty(),
+                mode: if request.dry_run { Mode::Look } else { Mode::Move },
+            };
+            let (dlq, main) = (&target.dead_letter_queue, &target.main_queue);
+            // A failure to start (a consumer came between the check and now) stops this topology
+            // only: what the others did is still reported.
+            let (done, journal) = match redrive::redrive(&session, dlq, main, limits, endpoint.username(), &selected).await
+            {
+                Ok(done) => done,
+                Err(e) => (redrive::Redriven { stopped: Some(format!("{e:#}")), ..Default::default() }, None),
+            };
+            open.push((session, journal));
+            topologies.push(TopologyReport {
+                topology: target.topology.clone(),
+                vhost: target.vhost.clone(),
+                dead_letter_queue: dlq.clone(),
+                to: main.clone(),
+                kind: if quorum { "quorum" } else { "classic" },
+                started_with: ready,
+                scanned: done.scanned,
+                moved: done.moved,
+                possible_duplicates: done.possible_duplicates.len() as u64,
+                possible_duplicate_ids: done.possible_duplicates.into_iter().flatten().collect(),
+                stayed: done.kept,
+                groups: summarize(&done.moved_deaths),
+                effect: given_back(quorum, request.dry_run),
+                stopped: done.stopped,
+            });
+        }
+        let report = Report { dry_run: request.dry_run, topologies };
+        emit(&report)?;
+        for (session, journal) in open {
+            if let Some(journal) = journal {
+                journal.close().await?;
+            }
+            session.close().await;
+        }
+        Ok(report)
+    })
+}
+
+fn given_back(quorum: bool, dry_run: bool) -> String {
+    let which = if dry_run { "every dead letter was" } else { "dead letters that stayed were" };
+    let place = if quorum { "back at the head of the queue in their order" } else { "back at their own positions" };
+    let count = if quorum {
+        "; on RabbitMQ 3.x to 4.2 each counts one more delivery (x-delivery-count), on 4.3 none (a nack is not a failed delivery)"
+    } else {
+        ""
+    };
+    format!(
+        "{which} held unacknowledged by the run's consumer and given back with basic.nack, one by one: {place}, marked redelivered{count}"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::amqp::{Death, Peeked};
+
+    fn letter(id: &str, first: Option<(&str, &str, u64)>) -> DeadLetter {
+        DeadLetter {
+            message_id: Some(id.into()),
+            death: Peeked {
+                first_death_queue: first.map(|f| f.0.into()),
+                first_death_reason: first.map(|f| f.1.into()),
+                deaths: first
+                    .map(|(q, r, t)| vec![Death { queue: q.into(), reason: r.into(), count: 1, time: Some(t) }])
+                    .unwrap_or_default(),
+                redelivered: false,
+                message_id: Some(id.into()),
+            },
+            redriven: 0,
+        }
+    }
+
+    #[test]
+    fn every_condition_given_must_hold() {
+        let now = 10_000;
+        let old = letter("a", Some(("orders", "rejected", now - 3600)));
+        let new = letter("b", Some(("orders", "expired", now - 60)));
+        let never_died = letter("c", None);
+        let any = Filter::default();
+        assert!(any.matches(&old, now) && any.matches(&new, now) && any.matches(&never_died, now));
+
+        let rejected = Filter { reasons: BTreeSet::from([Reason::Rejected]), ..Filter::default() };
+        assert!(rejected.matches(&old, now) && !rejected.matches(&new, now) && !rejected.matches(&never_died, now));
+
+        let older = Filter { older_than: Some(Duration::from_secs(600)), ..Filter::default() };
+        assert!(older.matches(&old, now) && !older.matches(&new, now) && !older.matches(&never_died, now));
+        let newer = Filter { newer_than: Some(Duration::from_secs(600)), ..Filter::default() };
+        assert!(!newer.matches(&old, now) && newer.matches(&new, now) && !newer.matches(&never_died, now));
+
+        let elsewhere = Filter { first_queues: BTreeSet::from(["payments".to_string()]), ..Filter::default() };
+        assert!(!elsewhere.matches(&old, now));
+        let ids = Filter { message_ids: BTreeSet::from(["c".to_string()]), ..Filter::default() };
+        assert!(!ids.matches(&old, now) && ids.matches(&never_died, now));
+        let both = Filter { message_ids: BTreeSet::from(["a".to_string()]), ..rejected };
+        assert!(both.matches(&old, now) && !both.matches(&new, now));
+    }
+}
