@@ -124,6 +124,7 @@ fn man_pages_render_with_groff() {
         "hopper-inspect.1",
         "hopper-lint.1",
         "hopper-man.1",
+        "hopper-redrive.1",
         "hopper-schedule.1",
         "hopper-schema.1",
         "hopper.1",

@@ -329,7 +329,15 @@ async fn nodes_down_are_hazards_naming_queues_members_and_nodes() {
     drop(down_2);
     drop(down_3);
 
-    let (code, report) = hopper_json(&[1], &["inspect", "--vhost", &vhost.name]);
+    // A restarted member is listed online once it has caught up: read until it is.
+    let start = Instant::now();
+    let (code, report) = loop {
+        let (code, report) = hopper_json(&[1], &["inspect", "--vhost", &vhost.name]);
+        if code == Some(0) || start.elapsed() > Duration::from_secs(60) {
+            break (code, report);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
     assert_eq!(code, Some(0), "all back: no hazard: {report:#}");
 }
 
