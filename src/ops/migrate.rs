@@ -10,7 +10,7 @@ use crate::broker::amqp::{Outcome, Session};
 use crate::broker::mover::{self, Moved, Until};
 use crate::broker::{Endpoint, http};
 use crate::live::Live;
-use crate::model::{Binding, Destination, Queue, QueueName};
+use crate::model::{Arguments, Binding, Destination, ExchangeName, Queue, QueueName};
 use crate::plan::is_quorum;
 use crate::plan::migrate::{Stage, feeding_bindings, holding_queue, stage};
 
@@ -89,23 +89,22 @@ async fn empty_into(session: &mut Session, live: &Live, from: &QueueName, to: &Q
     let queue = &live.queues[from];
     // Counted over AMQP, exactly: the management API's count lags by seconds, and would still
     // show the consumer of a run killed a moment ago.
-    let consumers = session.queue_counts(from).await?.map_or(0, |(_, consumers)| consumers);
-    if consumers > 0 {
-        let n = consumers;
+    let n = session.queue_counts(from).await?.map_or(0, |(_, consumers)| consumers);
+    if n > 0 {
         bail!(
             "`{from}` has {n} consumer(s): stop them, then run apply --migrate again (its messages wait meanwhile; deleting it would cancel them)"
         );
     }
-    let bindings: BTreeSet<(crate::model::ExchangeName, String, crate::model::Arguments)> =
-        feeding_bindings(live, from)
-            .chain(feeding_bindings(live, to))
-            .map(|b| (b.source.clone(), b.routing_key.clone(), b.arguments.clone()))
-            .collect();
-    let to_binding = |queue: &QueueName, (source, key, args): &(_, String, _)| Binding {
-        source: crate::model::ExchangeName::clone(source),
+    // What feeds either queue, by source, key and arguments: the destination is what moves.
+    let bindings: BTreeSet<(ExchangeName, String, Arguments)> = feeding_bindings(live, from)
+        .chain(feeding_bindings(live, to))
+        .map(|b| (b.source.clone(), b.routing_key.clone(), b.arguments.clone()))
+        .collect();
+    let to_binding = |queue: &QueueName, (source, key, args): &(ExchangeName, String, Arguments)| Binding {
+        source: source.clone(),
         destination: Destination::Queue(queue.clone()),
         routing_key: key.clone(),
-        arguments: crate::model::Arguments::clone(args),
+        arguments: args.clone(),
     };
     let mut moved = Moved::default();
     let switched = feeding_bindings(live, from).next().is_none();
