@@ -104,6 +104,9 @@ pub struct Options {
 pub struct Sample {
     pub secs: f64,
     pub peak_mb: Option<f64>,
+    /// CPU seconds (user and system) of hopper's own process: the rest of its wall time is
+    /// spent waiting for the broker.
+    pub cpu: Option<f64>,
 }
 
 /// The medians of a step at one size.
@@ -115,6 +118,9 @@ pub struct Step {
 impl Step {
     pub fn median(&self) -> Option<f64> {
         median(self.samples.iter().map(|s| s.secs).collect())
+    }
+    pub fn cpu(&self) -> Option<f64> {
+        median(self.samples.iter().filter_map(|s| s.cpu).collect())
     }
     pub fn peak_mb(&self) -> Option<f64> {
         self.samples.iter().filter_map(|s| s.peak_mb).reduce(f64::max)
@@ -376,7 +382,13 @@ fn measure(command: &mut Command, log: &Path) -> Result<(Sample, i32)> {
     drop(child);
     let code = if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { -1 };
     // ru_maxrss is in kilobytes on Linux.
-    Ok((Sample { secs, peak_mb: Some(usage.ru_maxrss as f64 / 1024.0) }, code))
+    let cpu = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    let sample = Sample {
+        secs,
+        peak_mb: Some(usage.ru_maxrss as f64 / 1024.0),
+        cpu: Some(cpu(usage.ru_utime) + cpu(usage.ru_stime)),
+    };
+    Ok((sample, code))
 }
 
 fn tail(log: &Path) -> String {
@@ -565,7 +577,7 @@ impl Run<'_> {
             result.inspect.samples.push(self.hopper_step(&["inspect", "--vhost", &applied], &[0, 1], None)?);
             let start = Instant::now();
             let seen = self.http.listing(&applied)?;
-            result.listing.samples.push(Sample { secs: start.elapsed().as_secs_f64(), peak_mb: None });
+            result.listing.samples.push(Sample { secs: start.elapsed().as_secs_f64(), peak_mb: None, cpu: None });
             if seen.0 != expected.0 || seen.2 < expected.2 {
                 bail!("the listing of {applied} saw {seen:?}, expected {expected:?}");
             }
@@ -596,7 +608,7 @@ impl Run<'_> {
                 }
                 let done = self.until_complete(&vhost, expected, start)?;
                 self.check(&vhost, expected, "rabbitmqctl import_definitions")?;
-                result.ctl_import.samples.push(Sample { secs: done, peak_mb: None });
+                result.ctl_import.samples.push(Sample { secs: done, peak_mb: None, cpu: None });
                 if done > returned + 0.5 {
                     result.notes.push(format!(
                         "rabbitmqctl import_definitions returned after {returned:.2} s, the vhost was complete after {done:.2} s"
@@ -632,7 +644,7 @@ impl Run<'_> {
             self.http.ok("POST", &format!("/definitions/{vhost}"), Some(&body))?;
             let done = self.until_complete(&vhost, expected, start)?;
             self.check(&vhost, expected, "POST /api/definitions")?;
-            result.http_import.samples.push(Sample { secs: done, peak_mb: None });
+            result.http_import.samples.push(Sample { secs: done, peak_mb: None, cpu: None });
             vhosts.delete(&vhost)?;
         }
         Ok(result)
@@ -753,7 +765,7 @@ fn thousands(n: usize) -> String {
     let s = n.to_string();
     let mut out = String::new();
     for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -789,7 +801,11 @@ pub fn markdown(report: &Report, commit: &str, date: &str) -> String {
     }
     let _ = writeln!(out, "{header}\n{rule}");
     type Cell = Box<dyn Fn(&SizeResult) -> Option<String>>;
-    let mem = |step: &Step| step.peak_mb().map(|m| format!(", {m:.0} MB")).unwrap_or_default();
+    // hopper's CPU time (median) and peak memory, after its wall time.
+    let mem = |step: &Step| {
+        let cpu = step.cpu().map(|c| format!(" (CPU {c:.2} s)")).unwrap_or_default();
+        format!("{cpu}{}", step.peak_mb().map(|m| format!(", {m:.0} MB")).unwrap_or_default())
+    };
     let timed = |get: fn(&SizeResult) -> &Step| -> Cell {
         Box::new(move |s| secs(get(s)).map(|t| format!("{t}{}", mem(get(s)))))
     };
