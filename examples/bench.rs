@@ -171,6 +171,8 @@ pub struct Report {
     pub repeats: usize,
     pub fresh: usize,
     pub sizes: Vec<SizeResult>,
+    /// The size that could not be measured, and why.
+    pub failure: Option<String>,
     pub machine: String,
 }
 
@@ -417,6 +419,9 @@ impl Run<'_> {
             .args(args)
             .env("HOPPER_AMQP_URL", &self.broker.amqp)
             .env("HOPPER_MANAGEMENT_URL", &self.broker.management)
+            // A benchmark reports a slow broker rather than giving up on it: 50,000 queues on a
+            // busy 3.10 once took longer than the default 30 s to list.
+            .env("HOPPER_TIMEOUT", "600s")
             .env("NO_COLOR", "1");
         command
     }
@@ -724,15 +729,26 @@ pub fn run(broker: &Broker, options: &Options) -> Result<Report> {
         std::process::id(),
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() % 1_000_000)
     );
+    // A size that fails ends the run, and is reported after the sizes that were measured.
     let mut sizes = vec![];
-    let outcome = (|| -> Result<()> {
-        for &n in &options.sizes {
-            sizes.push(run.measure_size(n, &tag)?);
+    let mut failure = None;
+    for &n in &options.sizes {
+        match run.measure_size(n, &tag) {
+            Ok(result) => sizes.push(result),
+            Err(e) => {
+                failure = Some(format!(
+                    "{} topologies: not measured: {}",
+                    thousands(n),
+                    format!("{e:#}").lines().next().unwrap_or("")
+                ));
+                break;
+            }
         }
-        Ok(())
-    })();
+    }
     let _ = fs::remove_dir_all(&dir);
-    outcome?;
+    if sizes.is_empty() {
+        bail!("{}", failure.unwrap_or_default());
+    }
     Ok(Report {
         broker: broker.name.clone(),
         version,
@@ -740,6 +756,7 @@ pub fn run(broker: &Broker, options: &Options) -> Result<Report> {
         repeats: options.repeats,
         fresh: options.fresh,
         sizes,
+        failure,
         machine: machine(),
     })
 }
@@ -863,6 +880,9 @@ pub fn markdown(report: &Report, commit: &str, date: &str) -> String {
         "\nMedian wall time of {} runs ({} for first apply and each import, each into a fresh vhost); {}.",
         report.repeats, report.fresh, report.machine
     );
+    if let Some(failure) = &report.failure {
+        let _ = writeln!(out, "- {failure}");
+    }
     for s in sizes {
         for note in &s.notes {
             let _ = writeln!(out, "- {}: {note}", thousands(s.topologies));
@@ -932,6 +952,7 @@ usage: scripts/bench [--broker 3.10|4.0|4.3]... [--sizes 500,2000,10000] [--repe
 Every broker of the matrix (or those given), at each size: hopper against the broker's import
 and the cheapest complete listing. The Markdown goes to stdout, progress to stderr; --write
 replaces each broker's table between its markers (<!-- bench:3.10:begin --> ... end -->).
+Interrupted (Ctrl-C), it leaves its vhosts (hb<pid>-...) on the broker.
 --bin: the hopper binary (default: target/release/hopper beside this program).
 --offline N: no broker; one spec file of N topologies, each offline command's time and memory.";
 
@@ -1025,6 +1046,10 @@ fn cli() -> Result<()> {
     for broker in &brokers {
         match run(broker, &options) {
             Ok(report) => {
+                if let Some(why) = &report.failure {
+                    eprintln!("bench {}: {why}", broker.name);
+                    failed = Some(anyhow!("RabbitMQ {}: {why}", broker.name));
+                }
                 let table = markdown(&report, &commit, &date);
                 println!("{table}");
                 if let Some(readme) = &write {
