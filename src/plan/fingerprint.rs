@@ -46,94 +46,153 @@ pub fn fingerprint(
         "version": broker.version,
         "vhost": vhost,
     }));
-    let live = hash(&normalised(live));
-    let spec = hash(&json!({
-        "topologies": topologies.iter().map(|t| json!({"topology": t.topology, "objects": t.objects})).collect::<Vec<_>>(),
-        "prune": prune,
-    }));
+    let live = hash_live(live);
+    // `{"prune":..,"topologies":[..]}` in canonical form, one topology's JSON at a time: the
+    // whole spec as one JSON tree cost more than everything else a no-op apply does.
+    let spec = streamed(|out| {
+        out.0.update(b"{\"prune\":");
+        canonical(&json!(prune), out);
+        out.0.update(b",\"topologies\":[");
+        for (i, t) in topologies.iter().enumerate() {
+            if i > 0 {
+                out.0.update(b",");
+            }
+            canonical(&json!({"topology": t.topology, "objects": t.objects}), out);
+        }
+        out.0.update(b"]}");
+    });
     let combined = hash(&json!([broker, live, spec]));
     Fingerprint { combined, broker, live, spec }
 }
 
-/// The live state without what changes by itself (counts). Maps are sorted by name: the same
-/// state always gives the same text.
-fn normalised(live: &Live) -> Value {
+/// The live state without what changes by itself (counts), in canonical form:
+/// `{"bindings":[..],"exchanges":{name:..},"queues":{name:..}}`, maps sorted by name, written
+/// one object at a time (the same bytes as one JSON tree of it, without its memory).
+fn hash_live(live: &Live) -> String {
     let policy = |p: &Option<std::sync::Arc<AppliedPolicy>>| {
         p.as_ref().map(|p| json!({"name": p.name, "definition": p.definition}))
     };
-    let exchanges: serde_json::Map<String, Value> = live
-        .exchanges
-        .iter()
-        .map(|(name, e)| {
-            let value = json!({
+    streamed(|out| {
+        // A set, in its order; `null` when bindings could not be listed (AMQP only).
+        out.0.update(b"{\"bindings\":");
+        match &live.bindings {
+            None => out.0.update(b"null"),
+            Some(bindings) => {
+                out.0.update(b"[");
+                for (i, b) in bindings.iter().enumerate() {
+                    if i > 0 {
+                        out.0.update(b",");
+                    }
+                    canonical(&json!(b), out);
+                }
+                out.0.update(b"]");
+            }
+        }
+        out.0.update(b",\"exchanges\":");
+        let exchanges = live.exchanges.iter().map(|(name, e)| (name.to_string(), e));
+        canonical_map(exchanges, out, |e| {
+            json!({
                 "type": e.kind,
                 "durable": e.durable,
                 "auto_delete": e.auto_delete,
                 "internal": e.internal,
                 "arguments": e.arguments,
-            });
-            (name.to_string(), value)
-        })
-        .collect();
-    let queues: serde_json::Map<String, Value> = live
-        .queues
-        .iter()
-        .map(|(name, q)| {
-            let value = json!({
+            })
+        });
+        out.0.update(b",\"queues\":");
+        let queues = live.queues.iter().map(|(name, q)| (name.to_string(), q));
+        canonical_map(queues, out, |q| {
+            json!({
                 "durable": q.durable,
                 "auto_delete": q.auto_delete,
                 "arguments": q.arguments,
                 "refused": q.refused,
                 "policy": policy(&q.policy),
                 "operator_policy": policy(&q.operator_policy),
-            });
-            (name.to_string(), value)
-        })
-        .collect();
-    json!({
-        "exchanges": exchanges,
-        "queues": queues,
-        // A set, in its order; `null` when bindings could not be listed (AMQP only).
-        "bindings": live.bindings,
+            })
+        });
+        out.0.update(b"}");
     })
 }
 
-/// SHA-256 of the value's canonical JSON: keys sorted, no spaces, whatever order a map kept.
-fn hash(value: &Value) -> String {
-    let mut bytes = Vec::new();
-    canonical(value, &mut bytes);
-    let digest = Sha256::digest(&bytes);
+/// A map's canonical JSON, keys sorted; each value is made when written.
+fn canonical_map<'a, V: 'a>(
+    entries: impl Iterator<Item = (String, &'a V)>,
+    out: &mut Hasher,
+    value: impl Fn(&V) -> Value,
+) {
+    let mut entries: Vec<(String, &V)> = entries.collect();
+    entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    out.0.update(b"{");
+    for (i, (k, v)) in entries.into_iter().enumerate() {
+        if i > 0 {
+            out.0.update(b",");
+        }
+        serde_json::to_writer(&mut *out, &k).expect("a string always serialises");
+        out.0.update(b":");
+        canonical(&value(v), out);
+    }
+    out.0.update(b"}");
+}
+
+fn streamed(write: impl FnOnce(&mut Hasher)) -> String {
+    let mut hasher = Hasher(Sha256::new());
+    write(&mut hasher);
+    hex(hasher)
+}
+
+fn hex(hasher: Hasher) -> String {
+    let digest = hasher.0.finalize();
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
     format!("sha256:{hex}")
 }
 
-fn canonical(value: &Value, out: &mut Vec<u8>) {
+/// SHA-256 of the value's canonical JSON: keys sorted, no spaces, whatever order a map kept.
+/// Written straight into the hash, never into a buffer of its own.
+fn hash(value: &Value) -> String {
+    streamed(|out| canonical(value, out))
+}
+
+struct Hasher(Sha256);
+
+impl std::io::Write for Hasher {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.update(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn canonical(value: &Value, out: &mut Hasher) {
     match value {
         Value::Object(map) => {
             let mut entries: Vec<_> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(b.0));
-            out.push(b'{');
+            // Keys are unique: an unstable sort gives the one order.
+            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            out.0.update(b"{");
             for (i, (k, v)) in entries.into_iter().enumerate() {
                 if i > 0 {
-                    out.push(b',');
+                    out.0.update(b",");
                 }
-                canonical(&Value::String(k.clone()), out);
-                out.push(b':');
+                serde_json::to_writer(&mut *out, k).expect("a string always serialises");
+                out.0.update(b":");
                 canonical(v, out);
             }
-            out.push(b'}');
+            out.0.update(b"}");
         }
         Value::Array(items) => {
-            out.push(b'[');
+            out.0.update(b"[");
             for (i, v) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(b',');
+                    out.0.update(b",");
                 }
                 canonical(v, out);
             }
-            out.push(b']');
+            out.0.update(b"]");
         }
-        scalar => out.extend(serde_json::to_vec(scalar).expect("a JSON scalar always serialises")),
+        scalar => serde_json::to_writer(&mut *out, scalar).expect("a JSON scalar always serialises"),
     }
 }
 

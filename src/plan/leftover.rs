@@ -167,6 +167,12 @@ fn drains_into(q: &LiveQueue, live: &Live) -> Option<String> {
 /// (from, to) for every live queue whose dead letters reach a queue, through the default exchange
 /// or through a dead-letter exchange's bindings, leaving out the bindings about to be removed.
 fn dead_letter_targets(live: &Live, unbound: &BTreeSet<Binding>) -> Vec<(QueueName, QueueName)> {
+    // The bindings by source, once: scanning every binding for every queue was quadratic (40% of
+    // a no-op apply's CPU at 2,000 topologies).
+    let mut by_source: rustc_hash::FxHashMap<&str, Vec<&Binding>> = rustc_hash::FxHashMap::default();
+    for b in live.bindings.iter().flatten() {
+        by_source.entry(b.source.as_str()).or_default().push(b);
+    }
     let mut edges = Vec::new();
     for (from, q) in &live.queues {
         let Some(args) = &q.arguments else { continue };
@@ -174,9 +180,10 @@ fn dead_letter_targets(live: &Live, unbound: &BTreeSet<Binding>) -> Vec<(QueueNa
         let key = args.get(arg::DEAD_LETTER_ROUTING_KEY).and_then(ArgValue::as_str);
         if exchange.is_empty() {
             edges.extend(key.map(|k| (from.clone(), QueueName::from(k))));
-        } else if let Some(bindings) = &live.bindings {
+        } else if live.bindings.is_some() {
             // Without a routing key any binding may match: count them all, to be safe.
-            for b in bindings.iter().filter(|b| b.source == exchange && !unbound.contains(*b)) {
+            let from_exchange = by_source.get(exchange).map_or(&[][..], Vec::as_slice);
+            for b in from_exchange.iter().copied().filter(|b| !unbound.contains(*b)) {
                 if let Destination::Queue(to) = &b.destination
                     && key.is_none_or(|k| k == b.routing_key)
                 {

@@ -2,6 +2,7 @@
 //! 4.0 (see support.rs), each in a vhost of its own that is removed afterwards.
 
 mod apply;
+mod bench;
 mod cli;
 mod cluster;
 mod config;
@@ -23,6 +24,11 @@ mod schema;
 mod spec_errors;
 mod support;
 mod tls;
+
+/// The benchmark program, run small by `bench`.
+#[allow(dead_code)]
+#[path = "../../examples/bench.rs"]
+mod bench_program;
 
 #[allow(dead_code)]
 #[path = "../../examples/retry_consumer.rs"]

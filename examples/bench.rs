@@ -1,0 +1,1069 @@
+//! The benchmark: hopper against the broker's own import and the cheapest complete listing of a
+//! vhost, at several sizes, on each broker of the test matrix, side by side in one run (README,
+//! "Benchmarks"). `scripts/bench` builds and runs it:
+//!
+//! ```text
+//! scripts/bench                                  3.10, 4.0 and 4.3 at 500, 2,000 and 10,000 topologies
+//! scripts/bench --broker 3.10 --sizes 500,2000   one broker, two sizes
+//! scripts/bench --write README.md                also replace that broker's table in the README
+//! ```
+//!
+//! For each broker and size, on vhosts of its own (deleted at the end, also on failure):
+//!
+//! - `hopper apply` into an empty vhost, against `rabbitmqctl import_definitions` of the same
+//!   objects (timed until a listing shows every queue and binding: it calls itself asynchronous)
+//!   and the synchronous `POST /api/definitions/{vhost}`, each into a fresh vhost;
+//! - a no-op `hopper apply`, `hopper diff`, `hopper apply --dry-run` and `hopper inspect --vhost`
+//!   against the cheapest complete listing of the vhost: queues without statistics and with only
+//!   the columns hopper reads, exchanges and bindings, the three GETs at once, bodies read whole;
+//! - `hopper export` and `hopper lint` of the same specs (offline: hopper's CPU cost alone).
+//!
+//! Every hopper command's wall time and peak memory (the kernel's `ru_maxrss` of that child,
+//! from `wait4`); the cheap steps are the median of `--repeats` runs. Nothing here asserts on
+//! time: the integration test `bench` runs it with a few topologies so that it cannot rot.
+//!
+//! It is an example rather than a `[[bench]]` target because `cargo nextest run --all-targets`
+//! would run a harness-less bench as a test, and an example is also a module the integration
+//! tests include (`#[path]`), like `retry_consumer.rs`.
+//!
+//! Scenarios beyond the curve (such as `--move N`, `hopper redrive` against the management UI's
+//! shovel "move messages") go beside `measure_size`: a function of (&Broker, &Options) returning
+//! rows for the broker's table, with its option parsed in `main`.
+
+use std::fmt::Write as _;
+use std::fs;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use serde_json::Value;
+
+/// A broker of the matrix: where it answers and how to run its `rabbitmqctl`.
+#[derive(Debug, Clone)]
+pub struct Broker {
+    /// "3.10", "4.0", "4.3": the README's marker and the version the broker must report.
+    pub name: String,
+    pub amqp: String,
+    /// The management API's base URL, ending in `/api`, without credentials.
+    pub management: String,
+    pub user: String,
+    pub password: String,
+    /// `rabbitmqctl` of this broker: `None` runs the host's; `Some((root, node))` runs the one
+    /// inside that chroot against that node (files it reads are copied into the chroot).
+    pub chroot: Option<(PathBuf, String)>,
+}
+
+impl Broker {
+    /// The matrix `.ci/brokers.sh` starts: 3.10 on the host, 4.0 and 4.3 in chroots.
+    pub fn matrix(name: &str) -> Result<Broker> {
+        let (amqp, http, chroot) = match name {
+            "3" | "3.10" => (5672, 15672, None),
+            "4" | "4.0" => {
+                (5673, 15673, Some(("HOPPER_RABBITMQ4_ROOT", "/var/lib/hopper-ci/trixie", "rabbit40@localhost")))
+            }
+            "4.3" => (5674, 15674, Some(("HOPPER_RABBITMQ43_ROOT", "/var/lib/hopper-ci/sid", "rabbit43@localhost"))),
+            other => bail!("--broker takes 3.10, 4.0 or 4.3, not {other}"),
+        };
+        let name = match name {
+            "3" => "3.10",
+            "4" => "4.0",
+            other => other,
+        };
+        Ok(Broker {
+            name: name.to_string(),
+            amqp: format!("amqp://guest:guest@127.0.0.1:{amqp}"),
+            management: format!("http://127.0.0.1:{http}/api"),
+            user: "guest".into(),
+            password: "guest".into(),
+            chroot: chroot.map(|(var, root, node)| {
+                (PathBuf::from(std::env::var(var).unwrap_or_else(|_| root.to_string())), node.to_string())
+            }),
+        })
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub sizes: Vec<usize>,
+    /// Runs of each cheap step (no-op, diff, dry run, inspect, listing, export, lint).
+    pub repeats: usize,
+    /// Runs of each first apply and import, each into a fresh vhost.
+    pub fresh: usize,
+    pub queue_type: String,
+    pub hopper: PathBuf,
+    /// Run quorum queues on RabbitMQ 3.x past its file handle limit.
+    pub force: bool,
+    /// Progress lines on stderr.
+    pub verbose: bool,
+}
+
+/// One measured command: wall seconds and, for hopper's own, peak memory in MB.
+#[derive(Debug, Clone, Copy)]
+pub struct Sample {
+    pub secs: f64,
+    pub peak_mb: Option<f64>,
+    /// CPU seconds (user and system) of hopper's own process: the rest of its wall time is
+    /// spent waiting for the broker.
+    pub cpu: Option<f64>,
+}
+
+/// The medians of a step at one size.
+#[derive(Debug, Clone, Default)]
+pub struct Step {
+    pub samples: Vec<Sample>,
+}
+
+impl Step {
+    pub fn median(&self) -> Option<f64> {
+        median(self.samples.iter().map(|s| s.secs).collect())
+    }
+    pub fn cpu(&self) -> Option<f64> {
+        median(self.samples.iter().filter_map(|s| s.cpu).collect())
+    }
+    pub fn peak_mb(&self) -> Option<f64> {
+        self.samples.iter().filter_map(|s| s.peak_mb).reduce(f64::max)
+    }
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 })
+}
+
+/// Everything measured at one size on one broker.
+#[derive(Debug, Clone, Default)]
+pub struct SizeResult {
+    pub topologies: usize,
+    /// queues, exchanges, bindings per vhost
+    pub objects: (usize, usize, usize),
+    pub apply: Step,
+    pub ctl_import: Step,
+    pub http_import: Step,
+    pub listing: Step,
+    pub noop: Step,
+    pub diff: Step,
+    pub dry_run: Step,
+    pub inspect: Step,
+    pub export: Step,
+    pub lint: Step,
+    /// What the run found worth saying (the broker as the limit, asynchronous imports...).
+    pub notes: Vec<String>,
+}
+
+impl SizeResult {
+    pub fn total_objects(&self) -> usize {
+        self.objects.0 + self.objects.1 + self.objects.2
+    }
+}
+
+/// One broker's run: its version and every size.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub broker: String,
+    pub version: String,
+    pub queue_type: String,
+    pub repeats: usize,
+    pub fresh: usize,
+    pub sizes: Vec<SizeResult>,
+    /// The size that could not be measured, and why.
+    pub failure: Option<String>,
+    pub machine: String,
+}
+
+// ---------------------------------------------------------------------------------------------
+// The management API, with a blocking agent of our own (long timeouts, bodies read whole)
+// ---------------------------------------------------------------------------------------------
+
+struct Http {
+    agent: ureq::Agent,
+    base: String,
+    authorization: String,
+}
+
+impl Http {
+    fn new(broker: &Broker) -> Http {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(1800)))
+            .build()
+            .into();
+        let credentials = format!("{}:{}", broker.user, broker.password);
+        Http {
+            agent,
+            base: broker.management.clone(),
+            authorization: format!("Basic {}", base64(credentials.as_bytes())),
+        }
+    }
+
+    /// (status, body)
+    fn call(&self, method: &str, path: &str, body: Option<&str>) -> Result<(u16, String)> {
+        let url = format!("{}{path}", self.base);
+        let mut response = match (method, body) {
+            ("GET", _) => self.agent.get(&url).header("authorization", &self.authorization).call(),
+            ("DELETE", _) => self.agent.delete(&url).header("authorization", &self.authorization).call(),
+            ("PUT", b) => self
+                .agent
+                .put(&url)
+                .header("authorization", &self.authorization)
+                .content_type("application/json")
+                .send(b.unwrap_or("{}")),
+            ("POST", b) => self
+                .agent
+                .post(&url)
+                .header("authorization", &self.authorization)
+                .content_type("application/json")
+                .send(b.unwrap_or("{}")),
+            _ => bail!("method {method}"),
+        }
+        .with_context(|| format!("{method} {url}"))?;
+        let status = response.status().as_u16();
+        let body = response.body_mut().with_config().limit(u64::MAX).read_to_string()?;
+        Ok((status, body))
+    }
+
+    fn get_json(&self, path: &str) -> Result<Value> {
+        let (status, body) = self.call("GET", path, None)?;
+        if status != 200 {
+            bail!("GET {path}: HTTP {status}: {body}");
+        }
+        Ok(serde_json::from_str(&body)?)
+    }
+
+    fn ok(&self, method: &str, path: &str, body: Option<&str>) -> Result<()> {
+        let (status, answer) = self.call(method, path, body)?;
+        if !(200..300).contains(&status) {
+            bail!("{method} {path}: HTTP {status}: {}", answer.chars().take(300).collect::<String>());
+        }
+        Ok(())
+    }
+
+    /// The cheapest complete listing of a vhost: queues without statistics and with only the
+    /// columns hopper reads, exchanges, bindings, at once. Returns the counts it saw.
+    fn listing(&self, vhost: &str) -> Result<(usize, usize, usize)> {
+        let paths = [
+            format!(
+                "/queues/{vhost}?disable_stats=true&enable_queue_totals=false&columns=name,type,durable,auto_delete,arguments,node,leader,members,online"
+            ),
+            format!("/exchanges/{vhost}"),
+            format!("/bindings/{vhost}"),
+        ];
+        let bodies: Vec<Result<String>> = std::thread::scope(|s| {
+            let handles: Vec<_> = paths
+                .iter()
+                .map(|p| {
+                    s.spawn(move || {
+                        let (status, body) = self.call("GET", p, None)?;
+                        if status != 200 {
+                            bail!("GET {p}: HTTP {status}");
+                        }
+                        Ok(body)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(anyhow!("listing thread panicked")))).collect()
+        });
+        let mut counts = [0usize; 3];
+        for (i, body) in bodies.into_iter().enumerate() {
+            // Counting is not part of the timed listing's cost to a client that must parse
+            // anyway; it is cheap next to the answer.
+            counts[i] = serde_json::from_str::<Vec<Value>>(&body?)?.len();
+        }
+        Ok((counts[0], counts[1], counts[2]))
+    }
+
+    /// queues, hopper's exchanges (not the default or `amq.*`), bindings from an exchange.
+    fn counts(&self, vhost: &str) -> Result<(usize, usize, usize)> {
+        let q = self.get_json(&format!("/queues/{vhost}?disable_stats=true&columns=name"))?;
+        let e = self.get_json(&format!("/exchanges/{vhost}?columns=name"))?;
+        let b = self.get_json(&format!("/bindings/{vhost}?columns=source"))?;
+        let len = |v: &Value| v.as_array().map_or(0, Vec::len);
+        let exchanges = e
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|x| x["name"].as_str().is_some_and(|n| !n.is_empty() && !n.starts_with("amq.")))
+            .count();
+        let bindings =
+            b.as_array().into_iter().flatten().filter(|x| x["source"].as_str().is_some_and(|s| !s.is_empty())).count();
+        Ok((len(&q), exchanges, bindings))
+    }
+
+    fn create_vhost(&self, vhost: &str, user: &str) -> Result<()> {
+        self.ok("PUT", &format!("/vhosts/{vhost}"), Some(r#"{"description":"hopper benchmark"}"#))?;
+        self.ok("PUT", &format!("/permissions/{vhost}/{user}"), Some(r#"{"configure":".*","write":".*","read":".*"}"#))
+    }
+
+    /// A vhost of 50,000 queues takes minutes to delete, and the API may drop the request while
+    /// the deletion carries on: retried until the vhost is gone.
+    fn delete_vhost(&self, vhost: &str) -> Result<()> {
+        for _ in 0..60 {
+            if let Ok((204 | 404, _)) = self.call("DELETE", &format!("/vhosts/{vhost}"), None) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_secs(5));
+            if let Ok((404, _)) = self.call("GET", &format!("/vhosts/{vhost}"), None) {
+                return Ok(());
+            }
+        }
+        bail!("vhost {vhost} is still there")
+    }
+}
+
+fn base64(bytes: &[u8]) -> String {
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(T[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// Vhosts made by a run, deleted when it ends however it ends.
+struct Vhosts<'a> {
+    http: &'a Http,
+    names: Vec<String>,
+}
+
+impl Vhosts<'_> {
+    fn delete(&mut self, name: &str) -> Result<()> {
+        self.names.retain(|n| n != name);
+        self.http.delete_vhost(name)
+    }
+}
+
+impl Drop for Vhosts<'_> {
+    fn drop(&mut self) {
+        for name in std::mem::take(&mut self.names) {
+            if let Err(e) = self.http.delete_vhost(&name) {
+                eprintln!("bench: warning: {e}");
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running commands
+// ---------------------------------------------------------------------------------------------
+
+/// Runs a command, output to `log`; its wall time and (from `wait4`) its peak resident memory.
+fn measure(command: &mut Command, log: &Path) -> Result<(Sample, i32)> {
+    let file = fs::File::create(log)?;
+    command.stdin(Stdio::null()).stdout(file.try_clone()?).stderr(file);
+    let start = Instant::now();
+    let child = command.spawn().with_context(|| format!("running {command:?}"))?;
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: rusage is plain data; wait4 reaps the child std spawned, which is then never
+    // waited for through `child` (dropping a Child neither waits nor kills).
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        if r == pid {
+            break;
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e).context("wait4");
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    drop(child);
+    let code = if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { -1 };
+    // ru_maxrss is in kilobytes on Linux.
+    let cpu = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    let sample = Sample {
+        secs,
+        peak_mb: Some(usage.ru_maxrss as f64 / 1024.0),
+        cpu: Some(cpu(usage.ru_utime) + cpu(usage.ru_stime)),
+    };
+    Ok((sample, code))
+}
+
+fn tail(log: &Path) -> String {
+    let text = fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(15)..].join("\n")
+}
+
+struct Run<'a> {
+    broker: &'a Broker,
+    options: &'a Options,
+    http: &'a Http,
+    dir: PathBuf,
+}
+
+impl Run<'_> {
+    fn say(&self, what: impl AsRef<str>) {
+        if self.options.verbose {
+            eprintln!("bench {}: {}", self.broker.name, what.as_ref());
+        }
+    }
+
+    fn hopper(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(&self.options.hopper);
+        command
+            .args(args)
+            .env("HOPPER_AMQP_URL", &self.broker.amqp)
+            .env("HOPPER_MANAGEMENT_URL", &self.broker.management)
+            // A benchmark reports a slow broker rather than giving up on it: 50,000 queues on a
+            // busy 3.10 once took longer than the default 30 s to list.
+            .env("HOPPER_TIMEOUT", "600s")
+            .env("NO_COLOR", "1");
+        command
+    }
+
+    /// A hopper command that must exit with one of `codes` and whose output must hold `expect`.
+    fn hopper_step(&self, args: &[&str], codes: &[i32], expect: Option<&str>) -> Result<Sample> {
+        let log = self.dir.join("hopper.log");
+        let (sample, code) = measure(&mut self.hopper(args), &log)?;
+        let text = fs::read_to_string(&log).unwrap_or_default();
+        if !codes.contains(&code) || expect.is_some_and(|e| !text.lines().any(|l| l.starts_with(e))) {
+            bail!(
+                "hopper {} exited {code}{}:\n{}",
+                args.join(" "),
+                expect.map(|e| format!(" (expected `{e}`)")).unwrap_or_default(),
+                tail(&log)
+            );
+        }
+        Ok(sample)
+    }
+
+    /// `rabbitmqctl` of this broker.
+    fn ctl(&self, args: &[&str]) -> Command {
+        match &self.broker.chroot {
+            None => {
+                let mut c = Command::new("rabbitmqctl");
+                c.args(args);
+                c
+            }
+            Some((root, node)) => {
+                let mut c = Command::new("chroot");
+                c.env_clear()
+                    .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+                    .env("HOME", "/root")
+                    .env("LANG", "C.UTF-8")
+                    .env("LC_ALL", "C.UTF-8")
+                    .arg(root)
+                    .args(["rabbitmqctl", "-n", node])
+                    .args(args);
+                c
+            }
+        }
+    }
+
+    /// A file `rabbitmqctl` can read: as is on the host, copied into the chroot otherwise.
+    /// Returns (the path it sees, the copy to remove).
+    fn ctl_file(&self, file: &Path) -> Result<(String, Option<PathBuf>)> {
+        let Some((root, _)) = &self.broker.chroot else {
+            return Ok((file.display().to_string(), None));
+        };
+        let name = format!("hopper-bench-{}-{}", std::process::id(), file.file_name().unwrap().to_string_lossy());
+        let copy = root.join("tmp").join(&name);
+        fs::copy(file, &copy).with_context(|| format!("copying into {}", copy.display()))?;
+        set_mode(&copy, 0o644)?;
+        Ok((format!("/tmp/{name}"), Some(copy)))
+    }
+
+    /// Polls until the vhost holds `expected` queues and bindings; the time from `start`.
+    fn until_complete(&self, vhost: &str, expected: (usize, usize, usize), start: Instant) -> Result<f64> {
+        loop {
+            let q = self.http.get_json(&format!("/queues/{vhost}?disable_stats=true&columns=name"))?;
+            let b = self.http.get_json(&format!("/bindings/{vhost}?columns=source"))?;
+            let queues = q.as_array().map_or(0, Vec::len);
+            let bindings = b
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|x| x["source"].as_str().is_some_and(|s| !s.is_empty()))
+                .count();
+            if queues >= expected.0 && bindings >= expected.2 {
+                return Ok(start.elapsed().as_secs_f64());
+            }
+            if start.elapsed() > Duration::from_secs(3600) {
+                bail!("the import into {vhost} never completed: {queues} queues, {bindings} bindings");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn check(&self, vhost: &str, expected: (usize, usize, usize), after: &str) -> Result<()> {
+        let found = self.http.counts(vhost)?;
+        if found != expected {
+            bail!("after {after}, vhost {vhost} holds {found:?} (queues, exchanges, bindings); expected {expected:?}");
+        }
+        Ok(())
+    }
+
+    fn measure_size(&self, n: usize, tag: &str) -> Result<SizeResult> {
+        let options = self.options;
+        let specs = self.dir.join(format!("specs-{n}"));
+        generate(&specs, n, &options.queue_type)?;
+        let specs_arg = specs.to_str().unwrap();
+        let mut result = SizeResult { topologies: n, ..Default::default() };
+        let mut vhosts = Vhosts { http: self.http, names: vec![] };
+
+        // Offline: export (also the expected objects) and lint.
+        for _ in 0..options.repeats {
+            result.export.samples.push(self.hopper_step(&["export", "--vhost", "bench", specs_arg], &[0], None)?);
+            result.lint.samples.push(self.hopper_step(&["lint", specs_arg], &[0], None)?);
+        }
+        let defs = {
+            let out = self.hopper(&["export", "--vhost", "bench", specs_arg]).output()?;
+            serde_json::from_slice::<Value>(&out.stdout).context("hopper export's JSON")?
+        };
+        let len = |k: &str| defs[k].as_array().map_or(0, Vec::len);
+        let expected = (len("queues"), len("exchanges"), len("bindings"));
+        result.objects = expected;
+        self.say(format!("{n} topologies: {expected:?} queues, exchanges, bindings"));
+
+        // RabbitMQ 3.x counts each quorum queue's files (three, measured on 3.10) in its file
+        // handle cache; past its limit the node stops accepting AMQP connections on every vhost.
+        if options.queue_type == "quorum" && self.broker.name.starts_with("3.") && !options.force {
+            let nodes = self.http.get_json("/nodes?columns=name,fd_total")?;
+            let fd_total =
+                nodes.as_array().into_iter().flatten().filter_map(|n| n["fd_total"].as_u64()).min().unwrap_or(0)
+                    as usize;
+            if fd_total > 0 && 3 * expected.0 > fd_total * 3 / 4 {
+                bail!(
+                    "{} quorum queues need about {} file handles on RabbitMQ 3.x; the node allows {fd_total} (fd_total) and past its file handle cache limit it stops accepting AMQP connections: at most {} topologies, or --force",
+                    expected.0,
+                    3 * expected.0,
+                    fd_total * 3 / 4 / 15
+                );
+            }
+        }
+
+        // First apply, each into a fresh vhost; the last one stays for the reads.
+        let mut applied = String::new();
+        for i in 0..options.fresh {
+            if !applied.is_empty() {
+                vhosts.delete(&applied)?;
+            }
+            applied = format!("{tag}-{n}-apply-{i}");
+            self.http.create_vhost(&applied, &self.broker.user)?;
+            vhosts.names.push(applied.clone());
+            self.say(format!("hopper apply into {applied}"));
+            result.apply.samples.push(self.hopper_step(
+                &["apply", "--vhost", &applied, specs_arg],
+                &[0],
+                Some("Applied:"),
+            )?);
+            self.check(&applied, expected, "hopper apply")?;
+        }
+
+        // The reads, interleaved so that the broker's state drifts alike for each.
+        self.say("no-op apply, diff, dry run, inspect, listing");
+        for _ in 0..options.repeats {
+            result.noop.samples.push(self.hopper_step(
+                &["apply", "--vhost", &applied, specs_arg],
+                &[0],
+                Some("No changes"),
+            )?);
+            result.diff.samples.push(self.hopper_step(&["diff", "--vhost", &applied, specs_arg], &[0], None)?);
+            result.dry_run.samples.push(self.hopper_step(
+                &["apply", "--dry-run", "--vhost", &applied, specs_arg],
+                &[0],
+                Some("Dry run"),
+            )?);
+            result.inspect.samples.push(self.hopper_step(&["inspect", "--vhost", &applied], &[0, 1], None)?);
+            let start = Instant::now();
+            let seen = self.http.listing(&applied)?;
+            result.listing.samples.push(Sample { secs: start.elapsed().as_secs_f64(), peak_mb: None, cpu: None });
+            if seen.0 != expected.0 || seen.2 < expected.2 {
+                bail!("the listing of {applied} saw {seen:?}, expected {expected:?}");
+            }
+        }
+        vhosts.delete(&applied)?;
+
+        // The broker's own imports of the same objects, each into a fresh vhost.
+        if which("rabbitmqctl", &self.broker.chroot) {
+            for i in 0..options.fresh {
+                let vhost = format!("{tag}-{n}-ctl-{i}");
+                self.http.create_vhost(&vhost, &self.broker.user)?;
+                vhosts.names.push(vhost.clone());
+                let file = self.dir.join(format!("defs-{vhost}.json"));
+                let out = self.hopper(&["export", "--vhost", &vhost, specs_arg]).output()?;
+                fs::write(&file, &out.stdout)?;
+                set_mode(&file, 0o644)?;
+                let (path, copy) = self.ctl_file(&file)?;
+                self.say(format!("rabbitmqctl import_definitions into {vhost}"));
+                let log = self.dir.join("ctl.log");
+                let start = Instant::now();
+                let (_, code) = measure(&mut self.ctl(&["import_definitions", &path]), &log)?;
+                let returned = start.elapsed().as_secs_f64();
+                if let Some(copy) = copy {
+                    let _ = fs::remove_file(copy);
+                }
+                if code != 0 {
+                    bail!("rabbitmqctl import_definitions exited {code}:\n{}", tail(&log));
+                }
+                let done = self.until_complete(&vhost, expected, start)?;
+                self.check(&vhost, expected, "rabbitmqctl import_definitions")?;
+                result.ctl_import.samples.push(Sample { secs: done, peak_mb: None, cpu: None });
+                if done > returned + 0.5 {
+                    result.notes.push(format!(
+                        "rabbitmqctl import_definitions returned after {returned:.2} s, the vhost was complete after {done:.2} s"
+                    ));
+                }
+                vhosts.delete(&vhost)?;
+            }
+        } else {
+            result.notes.push("no rabbitmqctl for this broker: its import was not measured".into());
+        }
+
+        for i in 0..options.fresh {
+            let vhost = format!("{tag}-{n}-http-{i}");
+            self.http.create_vhost(&vhost, &self.broker.user)?;
+            vhosts.names.push(vhost.clone());
+            let out = self.hopper(&["export", "--vhost", &vhost, specs_arg]).output()?;
+            let mut defs: Value = serde_json::from_slice(&out.stdout)?;
+            // The vhost-scoped endpoint imports into the vhost of its URL; the vhost fields are
+            // stripped so that no version can create or fill another.
+            if let Some(o) = defs.as_object_mut() {
+                o.remove("vhosts");
+            }
+            for k in ["queues", "exchanges", "bindings"] {
+                for o in defs[k].as_array_mut().into_iter().flatten() {
+                    if let Some(o) = o.as_object_mut() {
+                        o.remove("vhost");
+                    }
+                }
+            }
+            let body = defs.to_string();
+            self.say(format!("POST /api/definitions/{vhost}"));
+            let start = Instant::now();
+            self.http.ok("POST", &format!("/definitions/{vhost}"), Some(&body))?;
+            let done = self.until_complete(&vhost, expected, start)?;
+            self.check(&vhost, expected, "POST /api/definitions")?;
+            result.http_import.samples.push(Sample { secs: done, peak_mb: None, cpu: None });
+            vhosts.delete(&vhost)?;
+        }
+        Ok(result)
+    }
+}
+
+fn which(program: &str, chroot: &Option<(PathBuf, String)>) -> bool {
+    let dirs = ["/usr/sbin", "/usr/bin", "/sbin", "/bin", "/usr/local/sbin", "/usr/local/bin"];
+    let root = chroot.as_ref().map_or(PathBuf::from("/"), |(r, _)| r.clone());
+    dirs.iter().any(|d| root.join(d.trim_start_matches('/')).join(program).exists())
+}
+
+fn set_mode(path: &Path, mode: u32) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(path, fs::Permissions::from_mode(mode))?;
+    Ok(())
+}
+
+/// `n` topologies, one file each, a realistic mix: 4 attempts, 3 distinct delays (one of four
+/// patterns), a topic exchange of its own with two routing keys: 5 queues, 3 exchanges and 7
+/// bindings, 15 objects.
+pub fn generate(dir: &Path, n: usize, queue_type: &str) -> Result<()> {
+    const DOMAINS: [&str; 13] = [
+        "orders",
+        "payments",
+        "invoices",
+        "shipments",
+        "emails",
+        "users",
+        "carts",
+        "refunds",
+        "reviews",
+        "stock",
+        "billing",
+        "search",
+        "reports",
+    ];
+    const EVENTS: [(&str, &str); 5] = [
+        ("created", "updated"),
+        ("paid", "refunded"),
+        ("sent", "bounced"),
+        ("opened", "closed"),
+        ("requested", "approved"),
+    ];
+    const DELAYS: [&str; 4] =
+        [r#"["5s", "30s", "5m"]"#, r#"["1s", "10s", "1m"]"#, r#"["10s", "1m", "10m"]"#, r#"["2s", "20s", "2m"]"#];
+    fs::create_dir_all(dir)?;
+    for i in 0..n {
+        let d = DOMAINS[i % DOMAINS.len()];
+        let name = format!("{d}-{i:05}");
+        let (a, b) = EVENTS[(i / DOMAINS.len()) % EVENTS.len()];
+        let delays = DELAYS[i % DELAYS.len()];
+        let mut f = fs::File::create(dir.join(format!("{name}.toml")))?;
+        write!(
+            f,
+            "# generated by the benchmark (examples/bench.rs)\n[topology.{name}]\nexchange = \"{name}.events\"\nexchange_type = \"topic\"\nrouting_keys = [\"{d}.{a}\", \"{d}.{b}\"]\ndelays = {delays}\nmax_attempts = 4\nqueue_type = \"{queue_type}\"\n"
+        )?;
+    }
+    Ok(())
+}
+
+/// Measures every size on one broker.
+pub fn run(broker: &Broker, options: &Options) -> Result<Report> {
+    let http = Http::new(broker);
+    let overview = http.get_json("/overview").with_context(|| format!("the broker's API at {}", broker.management))?;
+    let version = overview["rabbitmq_version"].as_str().unwrap_or("?").to_string();
+    if !version.starts_with(&format!("{}.", broker.name)) && broker.name.contains('.') {
+        bail!("the broker at {} is RabbitMQ {version}, expected {}.x", broker.management, broker.name);
+    }
+    let dir = std::env::temp_dir().join(format!("hopper-bench-{}-{}", std::process::id(), broker.name));
+    fs::create_dir_all(&dir)?;
+    // Debian's rabbitmqctl runs as the rabbitmq user and must read the definitions.
+    set_mode(&dir, 0o755)?;
+    let run = Run { broker, options, http: &http, dir: dir.clone() };
+    let tag = format!(
+        "hb{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() % 1_000_000)
+    );
+    // A size that fails ends the run, and is reported after the sizes that were measured.
+    let mut sizes = vec![];
+    let mut failure = None;
+    for &n in &options.sizes {
+        match run.measure_size(n, &tag) {
+            Ok(result) => sizes.push(result),
+            Err(e) => {
+                failure = Some(format!(
+                    "{} topologies: not measured: {}",
+                    thousands(n),
+                    format!("{e:#}").lines().next().unwrap_or("")
+                ));
+                break;
+            }
+        }
+    }
+    let _ = fs::remove_dir_all(&dir);
+    if sizes.is_empty() {
+        bail!("{}", failure.unwrap_or_default());
+    }
+    Ok(Report {
+        broker: broker.name.clone(),
+        version,
+        queue_type: options.queue_type.clone(),
+        repeats: options.repeats,
+        fresh: options.fresh,
+        sizes,
+        failure,
+        machine: machine(),
+    })
+}
+
+fn machine() -> String {
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let mem = fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines().find(|l| l.starts_with("MemTotal")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map_or(String::new(), |kb| format!(", {:.0} GiB", kb / 1048576.0));
+    let load = fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load: Vec<&str> = load.split_whitespace().take(3).collect();
+    format!("{cpus} CPUs{mem}, load average {} at the end", load.join(" "))
+}
+
+// ---------------------------------------------------------------------------------------------
+// The report
+// ---------------------------------------------------------------------------------------------
+
+fn thousands(n: usize) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn secs(step: &Step) -> Option<String> {
+    step.median().map(|m| match m {
+        m if m < 1.0 => format!("{m:.3} s"),
+        m if m < 10.0 => format!("{m:.2} s"),
+        m => format!("{m:.1} s"),
+    })
+}
+
+fn ratio(a: Option<f64>, b: Option<f64>) -> Option<String> {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => Some(format!("{:.2}×", a / b)),
+        _ => None,
+    }
+}
+
+/// The broker's table in Markdown: one column per size, one row per step.
+pub fn markdown(report: &Report, commit: &str, date: &str) -> String {
+    let mut out = String::new();
+    let sizes = &report.sizes;
+    let _ = writeln!(out, "**RabbitMQ {}**, {} queues, {date}, hopper {commit}\n", report.version, report.queue_type);
+    let mut header = "| step |".to_string();
+    let mut rule = "|---|".to_string();
+    for s in sizes {
+        let _ = write!(header, " {} topologies ({} objects) |", thousands(s.topologies), thousands(s.total_objects()));
+        rule.push_str("---|");
+    }
+    let _ = writeln!(out, "{header}\n{rule}");
+    type Cell = Box<dyn Fn(&SizeResult) -> Option<String>>;
+    // hopper's CPU time (median) and peak memory, after its wall time.
+    let mem = |step: &Step| {
+        let cpu = step.cpu().map(|c| format!(" (CPU {c:.2} s)")).unwrap_or_default();
+        format!("{cpu}{}", step.peak_mb().map(|m| format!(", {m:.0} MB")).unwrap_or_default())
+    };
+    let timed = |get: fn(&SizeResult) -> &Step| -> Cell {
+        Box::new(move |s| secs(get(s)).map(|t| format!("{t}{}", mem(get(s)))))
+    };
+    let against_listing = |get: fn(&SizeResult) -> &Step| -> Cell {
+        Box::new(move |s| {
+            let t = secs(get(s))?;
+            let r = ratio(get(s).median(), s.listing.median()).map(|r| format!(" (**{r}**)")).unwrap_or_default();
+            Some(format!("{t}{}{r}", mem(get(s))))
+        })
+    };
+    let fastest_import =
+        |s: &SizeResult| [s.ctl_import.median(), s.http_import.median()].into_iter().flatten().reduce(f64::min);
+    let rows: Vec<(&str, Cell)> = vec![
+        ("`hopper apply` into an empty vhost", timed(|s| &s.apply)),
+        ("`rabbitmqctl import_definitions`, until a listing shows every object", timed(|s| &s.ctl_import)),
+        ("`POST /api/definitions/{vhost}`", timed(|s| &s.http_import)),
+        (
+            "first apply ÷ the faster import",
+            Box::new(move |s| ratio(s.apply.median(), fastest_import(s)).map(|r| format!("**{r}**"))),
+        ),
+        (
+            "objects a second: hopper / the faster import",
+            Box::new(move |s| {
+                let o = s.total_objects() as f64;
+                Some(format!("{:.0} / {:.0}", o / s.apply.median()?, o / fastest_import(s)?))
+            }),
+        ),
+        ("cheapest complete listing (3 GETs at once, no statistics)", timed(|s| &s.listing)),
+        ("`hopper apply`, no-op (÷ listing)", against_listing(|s| &s.noop)),
+        ("`hopper diff` (÷ listing)", against_listing(|s| &s.diff)),
+        ("`hopper apply --dry-run` (÷ listing)", against_listing(|s| &s.dry_run)),
+        ("`hopper inspect --vhost`, with counts (÷ listing)", against_listing(|s| &s.inspect)),
+        ("`hopper export`, offline", timed(|s| &s.export)),
+        ("`hopper lint`, offline", timed(|s| &s.lint)),
+        (
+            "hopper's peak memory, any command",
+            Box::new(|s| {
+                [&s.apply, &s.noop, &s.diff, &s.dry_run, &s.inspect, &s.export, &s.lint]
+                    .iter()
+                    .filter_map(|st| st.peak_mb())
+                    .reduce(f64::max)
+                    .map(|m| format!("**{m:.0} MB**"))
+            }),
+        ),
+    ];
+    for (label, cell) in rows {
+        let mut line = format!("| {label} |");
+        for s in sizes {
+            let _ = write!(line, " {} |", cell(s).unwrap_or_else(|| "—".into()));
+        }
+        let _ = writeln!(out, "{line}");
+    }
+    let _ = writeln!(
+        out,
+        "\nMedian wall time of {} runs ({} for first apply and each import, each into a fresh vhost); {}.",
+        report.repeats, report.fresh, report.machine
+    );
+    if let Some(failure) = &report.failure {
+        let _ = writeln!(out, "- {failure}");
+    }
+    for s in sizes {
+        for note in &s.notes {
+            let _ = writeln!(out, "- {}: {note}", thousands(s.topologies));
+        }
+    }
+    out
+}
+
+/// Replaces the text between `<!-- bench:NAME:begin -->` and `<!-- bench:NAME:end -->`.
+pub fn replace_between_markers(text: &str, name: &str, table: &str) -> Result<String> {
+    let begin = format!("<!-- bench:{name}:begin -->");
+    let end = format!("<!-- bench:{name}:end -->");
+    let start = text.find(&begin).ok_or_else(|| anyhow!("no `{begin}` marker"))? + begin.len();
+    let stop = start + text[start..].find(&end).ok_or_else(|| anyhow!("no `{end}` marker after `{begin}`"))?;
+    Ok(format!("{}\n{}{}", &text[..start], table, &text[stop..]))
+}
+
+/// No broker: one spec file of `n` topologies (the same shape, classic queues), each offline
+/// command's wall time and peak memory.
+pub fn offline_table(hopper: &Path, n: usize) -> Result<String> {
+    let dir = std::env::temp_dir().join(format!("hopper-bench-offline-{}", std::process::id()));
+    fs::create_dir_all(&dir)?;
+    let outcome = (|| -> Result<String> {
+        let spec = dir.join("spec.toml");
+        let mut f = std::io::BufWriter::new(fs::File::create(&spec)?);
+        f.write_all(b"[defaults]\nqueue_type = \"classic\"\nexchange_type = \"topic\"\ndelays = [\"5s\", \"30s\", \"5m\"]\nmax_attempts = 4\n\n")?;
+        for i in 0..n {
+            writeln!(f, "[topology.t{i}]\nrouting_keys = [\"t{i}.created\", \"t{i}.paid\"]\n")?;
+        }
+        drop(f);
+        let mut out = format!(
+            "| {} topologies ({} objects), offline | wall time | peak memory |\n|---|---|---|\n",
+            thousands(n),
+            thousands(14 * n)
+        );
+        let spec = spec.to_str().unwrap();
+        for args in [&["compile", "--format", "json", spec][..], &["lint", spec], &["export", spec], &["graph", spec]] {
+            let (sample, code) = measure(Command::new(hopper).args(args), &dir.join("out"))?;
+            if code != 0 {
+                bail!("hopper {} exited {code}", args[..args.len() - 1].join(" "));
+            }
+            let _ = writeln!(
+                out,
+                "| `hopper {}` | {:.2} s | {:.0} MB |",
+                args[..args.len() - 1].join(" "),
+                sample.secs,
+                sample.peak_mb.unwrap_or(0.0)
+            );
+        }
+        Ok(out)
+    })();
+    let _ = fs::remove_dir_all(&dir);
+    outcome
+}
+
+// ---------------------------------------------------------------------------------------------
+// The command line
+// ---------------------------------------------------------------------------------------------
+
+const USAGE: &str = "\
+usage: scripts/bench [--broker 3.10|4.0|4.3]... [--sizes 500,2000,10000] [--repeats 3]
+                     [--fresh-repeats 1] [--queue-type classic|quorum] [--force]
+                     [--write README.md] [--bin PATH]
+       scripts/bench --offline N
+
+
+Every broker of the matrix (or those given), at each size: hopper against the broker's import
+and the cheapest complete listing. The Markdown goes to stdout, progress to stderr; --write
+replaces each broker's table between its markers (<!-- bench:3.10:begin --> ... end -->).
+Interrupted (Ctrl-C), it leaves its vhosts (hb<pid>-...) on the broker.
+--bin: the hopper binary (default: target/release/hopper beside this program).
+--offline N: no broker; one spec file of N topologies, each offline command's time and memory.";
+
+fn main() -> std::process::ExitCode {
+    match cli() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn cli() -> Result<()> {
+    let mut brokers = vec![];
+    let mut options = Options {
+        sizes: vec![500, 2000, 10000],
+        repeats: 3,
+        fresh: 1,
+        queue_type: "classic".into(),
+        hopper: PathBuf::new(),
+        force: false,
+        verbose: true,
+    };
+    let mut write = None;
+    let mut offline = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut value = || args.next().ok_or_else(|| anyhow!("{arg} takes a value\n{USAGE}"));
+        match arg.as_str() {
+            "--broker" => brokers.push(Broker::matrix(&value()?)?),
+            "--sizes" => {
+                options.sizes =
+                    value()?.split(',').map(|s| s.trim().replace('_', "").parse()).collect::<Result<_, _>>()?;
+            }
+            "--repeats" => options.repeats = value()?.parse()?,
+            "--fresh-repeats" => options.fresh = value()?.parse()?,
+            "--queue-type" => options.queue_type = value()?,
+            "--force" => options.force = true,
+            "--write" => write = Some(PathBuf::from(value()?)),
+            "--bin" => options.hopper = PathBuf::from(value()?),
+            "--offline" => offline = Some(value()?.replace('_', "").parse::<usize>()?),
+            // Scenarios beyond the curve (`--move N`, on branch redrive) are parsed here.
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return Ok(());
+            }
+            other => bail!("unknown argument {other}\n{USAGE}"),
+        }
+    }
+    if options.repeats == 0 || options.fresh == 0 || options.sizes.contains(&0) {
+        bail!("sizes and repeats must be positive");
+    }
+    if !["classic", "quorum"].contains(&options.queue_type.as_str()) {
+        bail!("--queue-type takes classic or quorum");
+    }
+    if brokers.is_empty() {
+        brokers = ["3.10", "4.0", "4.3"].iter().map(|b| Broker::matrix(b)).collect::<Result<_>>()?;
+    }
+    if options.hopper.as_os_str().is_empty() {
+        // target/release/examples/bench -> target/release/hopper
+        let exe = std::env::current_exe()?;
+        options.hopper = exe.parent().and_then(Path::parent).map(|d| d.join("hopper")).unwrap_or_default();
+    }
+    // A copy: a concurrent rebuild must not swap the binary in the middle of the run.
+    let copy = std::env::temp_dir().join(format!("hopper-bench-{}-hopper", std::process::id()));
+    fs::copy(&options.hopper, &copy).with_context(|| format!("the hopper binary {}", options.hopper.display()))?;
+    options.hopper = copy.clone();
+    if let Some(n) = offline {
+        let result = offline_table(&options.hopper, n);
+        let _ = fs::remove_file(copy);
+        println!("{}", result?);
+        return Ok(());
+    }
+    let commit = Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "?".into());
+    let dirty = Command::new("git")
+        .args(["diff", "--quiet", "HEAD", "--", "src", "Cargo.toml", "Cargo.lock"])
+        .status()
+        .is_ok_and(|s| !s.success());
+    let commit = if dirty { format!("{commit} with uncommitted changes") } else { commit };
+    let date = Command::new("date")
+        .args(["-u", "+%Y-%m-%d"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())?;
+    let mut failed = None;
+    for broker in &brokers {
+        match run(broker, &options) {
+            Ok(report) => {
+                if let Some(why) = &report.failure {
+                    eprintln!("bench {}: {why}", broker.name);
+                    failed = Some(anyhow!("RabbitMQ {}: {why}", broker.name));
+                }
+                let table = markdown(&report, &commit, &date);
+                println!("{table}");
+                if let Some(readme) = &write {
+                    let text = fs::read_to_string(readme)?;
+                    fs::write(readme, replace_between_markers(&text, &broker.name, &table)?)?;
+                    eprintln!("bench: wrote RabbitMQ {}'s table into {}", broker.name, readme.display());
+                }
+            }
+            Err(e) => {
+                eprintln!("bench {}: {e:#}", broker.name);
+                failed = Some(e);
+            }
+        }
+    }
+    let _ = fs::remove_file(copy);
+    failed.map_or(Ok(()), Err)
+}

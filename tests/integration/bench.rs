@@ -1,0 +1,75 @@
+//! The benchmark (`examples/bench.rs`, run by `scripts/bench`) with a few topologies on each
+//! broker, so that it cannot rot: every step runs and checks what it measures, the table has
+//! every row, and the README's tables are the program's. Nothing here looks at a time.
+
+use std::path::PathBuf;
+
+use crate::bench_program as bench;
+use crate::support::{Broker, on_every_broker};
+
+fn options() -> bench::Options {
+    bench::Options {
+        sizes: vec![3],
+        repeats: 2,
+        fresh: 1,
+        queue_type: "classic".into(),
+        hopper: PathBuf::from(env!("CARGO_BIN_EXE_hopper")),
+        force: false,
+        verbose: false,
+    }
+}
+
+async fn small_run(broker: Broker) {
+    let (major, minor) = broker.version();
+    let mut target = bench::Broker::matrix(&format!("{major}.{minor}")).unwrap();
+    target.amqp = broker.amqp().to_string();
+    target.management = broker.management().to_string();
+    let report = tokio::task::spawn_blocking(move || bench::run(&target, &options())).await.unwrap().unwrap();
+
+    assert!(report.version.starts_with(&format!("{major}.{minor}.")), "{}", report.version);
+    let [size] = &report.sizes[..] else { panic!("{:?}", report.sizes) };
+    // 3 topologies: 5 queues, 3 exchanges, 7 bindings each.
+    assert_eq!((size.topologies, size.objects), (3, (15, 9, 21)));
+    for (what, step, runs) in [
+        ("apply", &size.apply, 1),
+        ("rabbitmqctl import", &size.ctl_import, 1),
+        ("POST /api/definitions", &size.http_import, 1),
+        ("listing", &size.listing, 2),
+        ("no-op", &size.noop, 2),
+        ("diff", &size.diff, 2),
+        ("dry run", &size.dry_run, 2),
+        ("inspect", &size.inspect, 2),
+        ("export", &size.export, 2),
+        ("lint", &size.lint, 2),
+    ] {
+        assert_eq!(step.samples.len(), runs, "{what}");
+    }
+    // hopper's memory is measured, not guessed: some megabytes, from the kernel.
+    for step in [&size.apply, &size.noop, &size.diff, &size.inspect, &size.export, &size.lint] {
+        assert!(step.peak_mb().is_some_and(|mb| mb > 1.0), "{step:?}");
+    }
+
+    let table = bench::markdown(&report, "abc1234", "2026-01-01");
+    assert!(table.starts_with(&format!("**RabbitMQ {}**", report.version)), "{table}");
+    assert!(table.contains("| step | 3 topologies (45 objects) |"), "{table}");
+    assert!(!table.contains("—"), "a step without a figure:\n{table}");
+
+    // The README holds this broker's table between its markers, in the program's own words:
+    // every row label the program writes is there, and re-running replaces only that block.
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let name = format!("{major}.{minor}");
+    let replaced = bench::replace_between_markers(&readme, &name, &table).unwrap();
+    assert!(replaced.contains(&table));
+    assert_eq!(bench::replace_between_markers(&replaced, &name, &table).unwrap(), replaced, "not idempotent");
+    let begin = readme.find(&format!("<!-- bench:{name}:begin -->")).unwrap();
+    let block = &readme[begin..begin + readme[begin..].find(&format!("<!-- bench:{name}:end -->")).unwrap()];
+    for line in table.lines().filter(|l| l.starts_with("| ") && !l.starts_with("| step")) {
+        let label = line.split(" | ").next().unwrap();
+        assert!(
+            block.contains(&format!("{label} |")),
+            "the README's {name} table lacks the row {label:?}: re-run scripts/bench --write README.md"
+        );
+    }
+}
+
+on_every_broker!(small_run);
