@@ -156,8 +156,11 @@ impl Api {
         task.await.unwrap_or_else(|e| Err(HttpError::NotJson { detail: format!("the request task failed: {e}") }))
     }
 
+    /// The cluster's name and release: only those columns, without statistics, which the
+    /// broker would otherwise total over every object of every vhost for this one answer
+    /// (measured on 3.10 with 10,000 queues: 37 to 66 ms in full, 1.3 ms so).
     pub async fn overview(&self) -> Result<Overview, HttpError> {
-        self.get("/overview").await
+        self.get("/overview?disable_stats=true&columns=cluster_name,rabbitmq_version").await
     }
 }
 
@@ -357,7 +360,24 @@ pub struct QueueInfo {
     pub online: Option<Vec<String>>,
 }
 
-/// One object of a listing with every field as listed, a field listed twice too: RabbitMQ 3.10
+/// The fields of a queue's listing that `QueueInfo` reads, also as the `columns` asked for.
+const QUEUE_FIELDS: &[&str] = &[
+    "name",
+    "type",
+    "durable",
+    "auto_delete",
+    "arguments",
+    "messages",
+    "messages_unacknowledged",
+    "consumers",
+    "node",
+    "state",
+    "leader",
+    "members",
+    "online",
+];
+
+/// One object of a listing with every field hopper reads as listed, a field listed twice too: RabbitMQ 3.10
 /// lists a quorum queue with a member offline with `online` twice, the members online now and
 /// the members online at its last statistics. A derived reader refuses such an object.
 pub struct Listed(Vec<(String, Value)>);
@@ -372,8 +392,14 @@ impl<'de> Deserialize<'de> for Listed {
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Listed, A::Error> {
                 let mut fields = Vec::new();
-                while let Some(entry) = map.next_entry::<String, Value>()? {
-                    fields.push(entry);
+                while let Some(key) = map.next_key::<String>()? {
+                    // A queue with statistics is listed with dozens of fields (rates, memory,
+                    // garbage collection): kept, they were most of `inspect`'s memory.
+                    if QUEUE_FIELDS.contains(&key.as_str()) {
+                        fields.push((key, map.next_value::<Value>()?));
+                    } else {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                    }
                 }
                 Ok(Listed(fields))
             }
@@ -474,13 +500,12 @@ pub async fn queue_counts(endpoint: &Endpoint, vhost: &str, queue: &str) -> Resu
 }
 
 /// Exchanges, queues (with arguments, and counts when asked) and bindings of one vhost, read
-/// at once.
+/// at once, and the overview beside them.
 pub async fn read(endpoint: &Endpoint, vhost: &str, stats: Stats) -> Result<Live> {
     let api = Api::new(endpoint);
     let err = |e: HttpError| anyhow::Error::new(why(&api, &e));
-    let overview = api.overview().await.map_err(err)?;
     let v = segment(vhost);
-    // The overview answered, so the URL is the API's: a 404 now is the vhost.
+    // Once the overview has answered, the URL is the API's: a 404 is the vhost.
     let listing = |e: HttpError| match e {
         HttpError::Status { status: 404, .. } => anyhow!(
             "vhost `{vhost}` does not exist on the broker at {} (create it with `rabbitmqctl add_vhost`)",
@@ -488,8 +513,9 @@ pub async fn read(endpoint: &Endpoint, vhost: &str, stats: Stats) -> Result<Live
         ),
         other => err(other),
     };
+    // Only the columns hopper reads; without counts, no statistics at all.
     let queues_path = match stats {
-        Stats::Counted => format!("/queues/{v}"),
+        Stats::Counted => format!("/queues/{v}?columns={}", QUEUE_FIELDS.join(",")),
         Stats::Skipped => format!(
             "/queues/{v}?disable_stats=true&enable_queue_totals=false&columns=name,type,durable,auto_delete,arguments,node,leader,members,online"
         ),
@@ -500,7 +526,8 @@ pub async fn read(endpoint: &Endpoint, vhost: &str, stats: Stats) -> Result<Live
         format!("/policies/{v}"),
         format!("/operator-policies/{v}"),
     ];
-    let (exchanges, queues, bindings, policies, operator_policies, nodes) = tokio::join!(
+    let (overview, exchanges, queues, bindings, policies, operator_policies, nodes) = tokio::join!(
+        api.overview(),
         api.get::<Vec<ExchangeInfo>>(&paths[0]),
         api.get::<Vec<Listed>>(&queues_path),
         api.get::<Vec<BindingInfo>>(&paths[1]),
@@ -508,6 +535,7 @@ pub async fn read(endpoint: &Endpoint, vhost: &str, stats: Stats) -> Result<Live
         api.get::<Vec<PolicyInfo>>(&paths[3]),
         api.get::<Vec<NodeInfo>>("/nodes?columns=name,running,mem_alarm,disk_free_alarm"),
     );
+    let overview = overview.map_err(err)?;
     let (exchanges, bindings) = (exchanges.map_err(listing)?, bindings.map_err(listing)?);
     let queues = queues.map_err(listing)?.into_iter().map(Listed::queue).collect::<Result<Vec<_>>>()?;
     let policies = applied(policies.map_err(listing)?);

@@ -57,7 +57,8 @@ pub struct Report {
 #[derive(Debug, Serialize)]
 pub struct VhostReport {
     pub vhost: String,
-    /// The release of the node written to, as it introduced itself.
+    /// The release of the node written to, as it introduced itself (with nothing to write, the
+    /// first AMQP node that answered).
     pub broker_version: String,
     pub read_from: ReadFrom,
     /// What this vhost's plan was made against (see `plan::fingerprint`).
@@ -157,13 +158,27 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], req
         // With --amqp-only, the cluster is the one the first AMQP node names; every session
         // connects only to nodes of it. Otherwise a management API that cannot be used is an
         // error: falling back silently would hide a wrong URL and plan without the bindings.
-        let amqp_identity = identity::amqp(endpoint).await?;
-        let cluster = if request.amqp_only {
-            amqp_identity.1.cluster_name.clone()
-        } else {
-            let http_identity = http::identity(endpoint).await.map_err(needs_the_api)?;
-            identity::same_cluster(endpoint, &amqp_identity, &http_identity)?;
-            http_identity.cluster_name
+        // Both endpoints and every vhost are read at once; nothing read is trusted before the
+        // endpoints are known to be one cluster.
+        let (amqp_identity, http_identity, mut readings) = tokio::join!(
+            identity::amqp(endpoint),
+            async { if request.amqp_only { None } else { Some(http::identity(endpoint).await) } },
+            async {
+                if request.amqp_only {
+                    Vec::new()
+                } else {
+                    super::read_all(endpoint, by_vhost, http::Stats::Skipped).await
+                }
+            }
+        );
+        let amqp_identity = amqp_identity?;
+        let cluster = match http_identity {
+            None => amqp_identity.1.cluster_name.clone(),
+            Some(http_identity) => {
+                let http_identity = http_identity.map_err(needs_the_api)?;
+                identity::same_cluster(endpoint, &amqp_identity, &http_identity)?;
+                http_identity.cluster_name
+            }
         };
         crate::output::narrate(|| {
             format!(
@@ -174,29 +189,54 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], req
                 endpoint.username()
             )
         });
+        // The release the plan is made against, as the first AMQP node that answered says; a
+        // session, opened only where something is counted or written, checks its own node's.
+        let version = amqp_identity.1.version.clone();
+        let all: Vec<&CompiledTopology> = by_vhost.iter().flat_map(|(_, t)| t.iter().copied()).collect();
+        super::check_release(&version, &all)?;
+        let connect = |vhost: &str| {
+            let vhost = vhost.to_string();
+            let cluster = cluster.clone();
+            async move {
+                let session = amqp::Session::connect(endpoint, &vhost, &cluster).await?;
+                // What is written is judged by the release of the node it is written to.
+                let topologies = by_vhost.iter().find(|(v, _)| *v == vhost).map(|(_, t)| t.as_slice()).unwrap_or(&[]);
+                super::check_release(&session.identity().version, topologies)?;
+                anyhow::Ok(session)
+            }
+        };
         // Plan every vhost before changing any: a conflict anywhere stops the whole run.
         let mut work = Vec::new();
+        readings.reverse();
         for (vhost, topologies) in by_vhost {
-            let mut session = amqp::Session::connect(endpoint, vhost, &cluster).await?;
-            // What is written is judged by the release of the node it is written to.
-            super::check_release(&session.identity().version, topologies)?;
+            let mut session = None;
             let (mut live, read_from, note) = if request.amqp_only {
                 crate::output::narrate(|| format!("vhost `{vhost}`: probing it over AMQP (--amqp-only)"));
+                let probing = session.insert(connect(vhost).await?);
                 let retyped = |q: &crate::model::Queue, t: &str| plan::retyped(topologies, q, t);
-                let live = session.probe(&plan::desired(topologies), retyped).await?;
+                let live = probing.probe(&plan::desired(topologies), retyped).await?;
                 let note = "--amqp-only: read over AMQP: bindings are declared again (idempotent), and queues left over by earlier specs cannot be listed";
                 (live, ReadFrom::Amqp, Some(note.to_string()))
             } else {
-                crate::output::narrate(|| format!("vhost `{vhost}`: reading it through the management API"));
-                let mut live = http::read(endpoint, vhost, http::Stats::Skipped).await.map_err(needs_the_api)?;
+                let mut live = readings.pop().expect("a reading for each vhost, or an error").map_err(needs_the_api)?;
                 let left_over = super::left_over_queues(&live, topologies);
-                super::count(endpoint, vhost, Some(&mut session), &mut live, &left_over).await?;
+                if !left_over.is_empty() {
+                    let counting = session.insert(connect(vhost).await?);
+                    super::count(endpoint, vhost, Some(counting), &mut live, &left_over).await?;
+                }
                 (live, ReadFrom::ManagementApi, None)
             };
             // A refusal's commands name the management API only where it answered.
             let options =
                 Options { admin: (read_from == ReadFrom::ManagementApi).then(|| endpoint.admin()), ..options.clone() };
-            let mut plan = plan::plan(vhost, topologies, &live, &options);
+            // The fingerprint leaves counts out, so it is hashed beside the planning, on a
+            // core of its own: at 2,000 topologies each takes about 60 ms.
+            let seen = BrokerSeen { cluster_name: &cluster, version: &version };
+            let (mut plan, fingerprint) = std::thread::scope(|scope| {
+                let hashing = scope.spawn(|| fingerprint::fingerprint(&seen, vhost, &live, topologies, request.prune));
+                let plan = plan::plan(vhost, topologies, &live, &options);
+                (plan, hashing.join().expect("the fingerprint's thread does not panic"))
+            });
             // A refusal says how many messages the queue holds, and a migration is refused for
             // a queue with consumers: count both exactly. The management API's counts lag by
             // seconds (it would still show the consumer of a run killed a moment ago).
@@ -211,13 +251,17 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], req
                 })
                 .collect();
             if !counted.is_empty() {
+                let counting = match session {
+                    Some(ref mut s) => s,
+                    None => session.insert(connect(vhost).await?),
+                };
                 if read_from == ReadFrom::ManagementApi {
-                    super::count(endpoint, vhost, Some(&mut session), &mut live, &counted).await?;
+                    super::count(endpoint, vhost, Some(&mut *counting), &mut live, &counted).await?;
                 }
                 // Consumers exactly, over AMQP: the API would still show a killed run's mover.
                 for name in counted {
                     if let (Some(q), Some((messages, consumers))) =
-                        (live.queues.get_mut(&name), session.queue_counts(&name).await?)
+                        (live.queues.get_mut(&name), counting.queue_counts(&name).await?)
                     {
                         q.messages = Some(messages.max(q.messages.unwrap_or(0)));
                         q.consumers = Some(consumers);
@@ -225,9 +269,6 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], req
                 }
                 plan = plan::plan(vhost, topologies, &live, &options);
             }
-            let version = session.identity().version.clone();
-            let seen = BrokerSeen { cluster_name: &cluster, version: &version };
-            let fingerprint = fingerprint::fingerprint(&seen, vhost, &live, topologies, request.prune);
             crate::output::narrate(|| {
                 format!(
                     "vhost `{vhost}`: {} exchange(s), {} queue(s), {} binding(s) read; {} change(s) planned; fingerprint {}",
@@ -243,34 +284,36 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], req
             });
             let quorum_members =
                 live.nodes.as_deref().filter(|_| creates_quorum).map(plan::placement::quorum_members);
-            work.push((session, plan, read_from, note, version, fingerprint, quorum_members));
+            work.push((session, plan, read_from, note, fingerprint, quorum_members));
         }
 
         let stale = match &request.expect {
             Some(expected) => {
-                let plans: Vec<_> = work.iter().map(|(_, p, _, _, _, f, _)| (p, f)).collect();
+                let plans: Vec<_> = work.iter().map(|(_, p, _, _, f, _)| (p, f)).collect();
                 staleness(expected, &plans)
             }
             None => Vec::new(),
         };
-        let conflicts = work.iter().map(|(_, p, _, _, _, _, _)| p.conflicts().count()).sum::<usize>();
+        let conflicts = work.iter().map(|(_, p, _, _, _, _)| p.conflicts().count()).sum::<usize>();
         let apply = conflicts == 0 && !request.dry_run && stale.is_empty();
         let mut vhosts = Vec::new();
-        for (mut session, plan, read_from, note, broker_version, fingerprint, quorum_members) in work {
+        for (mut session, plan, read_from, note, fingerprint, quorum_members) in work {
             let mut failovers = Vec::new();
-            let (refused, migrated) = if apply {
-                crate::output::narrate(|| {
-                    format!(
-                        "vhost `{}`: carrying out {} change(s)",
-                        plan.vhost,
-                        plan.steps.iter().filter(|s| s.changes()).count()
-                    )
-                });
-                execute(&mut session, endpoint, &plan, &mut failovers).await?
+            let changes = plan.steps.iter().filter(|s| s.changes()).count();
+            let (refused, migrated) = if apply && changes > 0 {
+                crate::output::narrate(|| format!("vhost `{}`: carrying out {changes} change(s)", plan.vhost));
+                let writing = match session {
+                    Some(ref mut s) => s,
+                    None => session.insert(connect(&plan.vhost).await?),
+                };
+                execute(writing, endpoint, &plan, &mut failovers).await?
             } else {
                 (Vec::new(), Vec::new())
             };
-            session.close().await;
+            let broker_version = session.as_ref().map_or(version.clone(), |s| s.identity().version.clone());
+            if let Some(session) = session {
+                session.close().await;
+            }
             let Plan { vhost, steps, overrides, .. } = plan;
             vhosts.push(VhostReport {
                 vhost,

@@ -2,10 +2,10 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use serde::Serialize;
 
-use crate::broker::{Endpoint, amqp, http, identity};
+use crate::broker::{Endpoint, http, identity};
 use crate::compile::CompiledTopology;
 use crate::hazard::{self, Finding};
 use crate::model::{ArgValue, Binding, ExchangeName, Object, QueueName};
@@ -131,11 +131,19 @@ pub struct Report {
 pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)]) -> Result<Report> {
     let plans = super::runtime()?.block_on(async {
         let options = Options { prune: false, admin: Some(endpoint.admin()), migrate: false };
-        let http_identity = http::identity(endpoint).await.map_err(|e| {
+        let cannot = |e: anyhow::Error| {
             anyhow::anyhow!("hopper diff reads the broker through the management API and cannot: {e:#}")
-        })?;
+        };
+        // Everything read at once: who answers at each endpoint and every vhost. Nothing is
+        // trusted before the two endpoints are known to be one cluster.
+        let (http_identity, amqp_identity, readings) = tokio::join!(
+            http::identity(endpoint),
+            identity::amqp(endpoint),
+            super::read_all(endpoint, by_vhost, http::Stats::Skipped)
+        );
+        let http_identity = http_identity.map_err(cannot)?;
         // Counts are read over AMQP when it answers: then it must be the same cluster.
-        let amqp_identity = identity::amqp(endpoint).await.ok();
+        let amqp_identity = amqp_identity.ok();
         if let Some(amqp_identity) = &amqp_identity {
             identity::same_cluster(endpoint, amqp_identity, &http_identity)?;
         }
@@ -152,19 +160,16 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)]) -> 
         let all: Vec<&CompiledTopology> = by_vhost.iter().flat_map(|(_, t)| t.iter().copied()).collect();
         super::check_release(&http_identity.version, &all)?;
         let mut plans = Vec::new();
-        for (vhost, topologies) in by_vhost {
-            crate::output::narrate(|| format!("vhost `{vhost}`: reading it through the management API"));
-            let mut live = match http::read(endpoint, vhost, http::Stats::Skipped).await {
-                Ok(live) => live,
-                Err(e) => bail!("hopper diff reads the broker through the management API and cannot: {e:#}"),
-            };
+        for ((vhost, topologies), live) in by_vhost.iter().zip(readings) {
+            let mut live = live.map_err(cannot)?;
             // Counts only where they matter: left-over queues (what prune would do) and
-            // conflicting ones (what their ways out say), exact over AMQP when it answers.
-            let mut session = match amqp_identity {
-                Some(_) => amqp::Session::connect(endpoint, vhost, &http_identity.cluster_name).await.ok(),
-                None => None,
-            };
+            // conflicting ones (what their ways out say), exact over AMQP when it answers. A
+            // session is opened only then.
+            let mut session = None;
             let left_over = super::left_over_queues(&live, topologies);
+            if !left_over.is_empty() {
+                session = super::counting_session(endpoint, vhost, &amqp_identity, &http_identity).await;
+            }
             super::count(endpoint, vhost, session.as_mut(), &mut live, &left_over).await?;
             let mut plan = plan::plan(vhost, topologies, &live, &options);
             let conflicting: Vec<_> = plan
@@ -175,6 +180,9 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)]) -> 
                 })
                 .collect();
             if !conflicting.is_empty() {
+                if session.is_none() {
+                    session = super::counting_session(endpoint, vhost, &amqp_identity, &http_identity).await;
+                }
                 super::count(endpoint, vhost, session.as_mut(), &mut live, &conflicting).await?;
                 plan = plan::plan(vhost, topologies, &live, &options);
             }
@@ -188,7 +196,7 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)]) -> 
                 .collect();
             plans.push((plan, hazards));
         }
-        Ok(plans)
+        anyhow::Ok(plans)
     })?;
     let (plans, hazards): (Vec<Plan>, Vec<Vec<Finding>>) = plans.into_iter().unzip();
     let mut report = report(&plans);

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use anyhow::Result;
 
 use crate::broker::amqp::Session;
+use crate::broker::identity::Identity;
 use crate::broker::{Endpoint, http};
 use crate::compile::CompiledTopology;
 use crate::live::Live;
@@ -49,6 +50,38 @@ pub(crate) fn check_release(version: &str, topologies: &[&CompiledTopology]) -> 
 /// A runtime for one command: hopper's I/O is a handful of connections, one thread is enough.
 pub fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
+}
+
+/// Every vhost of a run, read one after another through the management API; a failure ends
+/// the reading there (it is reported in vhost order, after the endpoints' own checks).
+pub(crate) async fn read_all(
+    endpoint: &Endpoint,
+    by_vhost: &[(&str, Vec<&CompiledTopology>)],
+    stats: http::Stats,
+) -> Vec<Result<Live>> {
+    let mut readings = Vec::new();
+    for (vhost, _) in by_vhost {
+        crate::output::narrate(|| format!("vhost `{vhost}`: reading it through the management API"));
+        let live = http::read(endpoint, vhost, stats).await;
+        let failed = live.is_err();
+        readings.push(live);
+        if failed {
+            break;
+        }
+    }
+    readings
+}
+
+/// An AMQP session for exact counts, when AMQP answered as the management API's cluster;
+/// without one, counts are the management API's alone.
+pub(crate) async fn counting_session(
+    endpoint: &Endpoint,
+    vhost: &str,
+    amqp: &Option<(String, Identity)>,
+    http: &Identity,
+) -> Option<Session> {
+    amqp.as_ref()?;
+    Session::connect(endpoint, vhost, &http.cluster_name).await.ok()
 }
 
 /// The queues left over by earlier specs: whether `--prune` may delete one depends on its counts.

@@ -1,7 +1,8 @@
 //! Connection failures named by their real cause, each against the real 3.10 broker (a wrong
 //! password, a user without the management tag, a URL that is not the API's, an HTTP 400, a
 //! closed port) or a socket that never answers (the timeout); apply never falls back to AMQP
-//! unless asked; and a password never appears in anything hopper prints.
+//! unless asked; a password never appears in anything hopper prints; and a run with nothing to
+//! write opens no AMQP session.
 
 use std::net::TcpListener;
 use std::process::Output;
@@ -217,4 +218,66 @@ async fn a_password_is_never_printed() {
         "exit codes of {:?}",
         runs.iter().map(|(a, _)| a.join(" ")).collect::<Vec<_>>()
     );
+}
+
+/// A TCP proxy in front of a broker's AMQP port that counts the connections made through it.
+struct CountingProxy {
+    url: String,
+    accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl CountingProxy {
+    fn start(broker: Broker) -> CountingProxy {
+        use std::sync::atomic::Ordering;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let target = broker.amqp().rsplit('@').next().unwrap().to_string();
+        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = accepted.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                counter.fetch_add(1, Ordering::SeqCst);
+                let Ok(server) = std::net::TcpStream::connect(&target) else { continue };
+                let (mut client_in, mut server_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let (mut server_in, mut client_out) = (server, client);
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut client_in, &mut server_out);
+                    let _ = server_out.shutdown(std::net::Shutdown::Write);
+                });
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut server_in, &mut client_out);
+                    let _ = client_out.shutdown(std::net::Shutdown::Write);
+                });
+            }
+        });
+        CountingProxy { url: format!("amqp://guest:guest@127.0.0.1:{port}"), accepted }
+    }
+
+    /// The connections since the last call.
+    fn take(&self) -> usize {
+        self.accepted.swap(0, std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// A run with nothing to write and nothing to count makes one AMQP connection, the greeting that
+/// says which cluster answers (no credentials are sent on it); the session is opened only to
+/// write. On every broker.
+#[tokio::test]
+async fn a_no_op_apply_and_diff_open_no_amqp_session() {
+    for broker in [Broker::RabbitMq3_10, Broker::RabbitMq4_0, Broker::RabbitMq4_3] {
+        let vhost = Vhost::new(broker, "connect-no-session").await;
+        let spec = spec(&vhost);
+        let proxy = CountingProxy::start(broker);
+        let env = [("HOPPER_AMQP_URL", proxy.url.as_str()), ("HOPPER_MANAGEMENT_URL", broker.management())];
+        let out = hopper_env(&["apply", &spec], &env);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        // The greeting, then the session's own greeting of its node and the session.
+        assert_eq!(proxy.take(), 3, "{broker:?}: a run that writes opens a session");
+        for args in [&["apply", &spec][..], &["apply", "--dry-run", &spec], &["diff", &spec]] {
+            let out = hopper_env(args, &env);
+            assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+            assert_eq!(proxy.take(), 1, "{broker:?}: `hopper {}` in sync: the greeting alone", args.join(" "));
+        }
+        assert_eq!(support::count(&vhost.connect().await, "orders.dlq").await, Some(0), "it was applied");
+    }
 }
