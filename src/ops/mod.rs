@@ -87,10 +87,12 @@ pub(crate) async fn counting_session(
 /// The queues left over by earlier specs: whether `--prune` may delete one depends on its counts.
 pub(crate) fn left_over_queues(live: &Live, topologies: &[&CompiledTopology]) -> Vec<QueueName> {
     let wanted = plan::desired_queues(topologies);
+    let index = plan::Index::new(topologies, live);
     live.queues
         .iter()
         .filter(|(name, queue)| {
-            !wanted.contains(*name) && topologies.iter().any(|t| plan::left_over(&t.topology, name, queue).is_some())
+            !wanted.contains(*name)
+                && index.generating(name).any(|t| plan::left_over(&t.topology, name, queue).is_some())
         })
         .map(|(name, _)| name.clone())
         .collect()

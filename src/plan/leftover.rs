@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::index::Index;
 use super::{Options, Step, is_quorum};
 use crate::compile::{CompiledTopology, GeneratedName};
 use crate::live::{Live, LiveQueue};
@@ -16,6 +17,7 @@ pub(super) fn steps(
     live: &Live,
     wanted: &BTreeSet<Key>,
     options: &Options,
+    index: &Index,
 ) -> Vec<Step> {
     let prune = options.prune;
     let mut steps = Vec::new();
@@ -27,7 +29,7 @@ pub(super) fn steps(
         .iter()
         .filter(|(name, _)| !queues.contains(*name))
         .filter_map(|(name, q)| {
-            topologies.iter().find_map(|t| left_over(&t.topology, name, q).map(|g| (name, (g, q, &t.topology))))
+            index.generating(name).find_map(|t| left_over(&t.topology, name, q).map(|g| (name, (g, q, &t.topology))))
         })
         .collect();
 
@@ -46,7 +48,7 @@ pub(super) fn steps(
     if let Some(bindings) = &live.bindings {
         for b in bindings.iter().filter(|b| !wanted.contains(&Key::Binding(b))) {
             let Destination::Queue(destination) = &b.destination else { continue };
-            let ours = topologies.iter().any(|c| {
+            let ours = index.moving_bindings_of(&b.source).iter().any(|c| {
                 let t = &c.topology;
                 // This topology's queues, now or under an earlier spec: not another topology's.
                 let own_queue = c.queue(destination).is_some()
@@ -58,14 +60,8 @@ pub(super) fn steps(
             // binding) stays until that queue has gone, or what it holds would be dropped as it
             // expires. A route the spec replaces goes.
             let replaced = routes.contains(&(b.source.as_str(), b.routing_key.as_str()));
-            let still_used = live.queues.iter().any(|(name, q)| {
-                *name != *destination
-                    && q.arguments.as_ref().is_some_and(|a| {
-                        a.get(arg::DEAD_LETTER_EXCHANGE).and_then(ArgValue::as_str) == Some(b.source.as_str())
-                            && a.get(arg::DEAD_LETTER_ROUTING_KEY).and_then(ArgValue::as_str)
-                                == Some(b.routing_key.as_str())
-                    })
-            });
+            let still_used =
+                index.dead_lettering_to(&b.source, &b.routing_key).iter().any(|name| **name != *destination);
             if ours && (replaced || !still_used) {
                 unbound.insert(b.clone());
                 steps.push(Step::Unbind { binding: b.clone() });
@@ -75,10 +71,15 @@ pub(super) fn steps(
 
     // Where each live queue dead-letters once this plan is applied: a left-over queue something
     // still dead-letters into is never deleted, or its next messages would be dropped.
-    let feeds = dead_letter_targets(live, &unbound);
+    let feeds = dead_letter_targets(live, &unbound, index);
+    // Each queue's first feeder other than itself.
+    let mut feeders: rustc_hash::FxHashMap<&QueueName, &QueueName> = rustc_hash::FxHashMap::default();
+    for (from, to) in feeds.iter().filter(|(from, to)| from != to) {
+        feeders.entry(to).or_insert(from);
+    }
     for (name, (generated, q, topology)) in &left_overs {
-        let drains_into = drains_into(q, live);
-        let fed_by = feeds.iter().find(|(from, to)| to == *name && from != *name).map(|(from, _)| from.clone());
+        let drains_into = drains_into(q, live, index);
+        let fed_by = feeders.get(*name).map(|from| (*from).clone());
         let (messages, consumers) = (q.messages.unwrap_or(1), q.consumers.unwrap_or(1));
         let work = matches!(generated, GeneratedName::Work { .. });
         // A work queue of an earlier chain: what waits there is due for another attempt, which
@@ -142,15 +143,14 @@ pub fn left_over(t: &Topology, name: &str, q: &LiveQueue) -> Option<GeneratedNam
 
 /// Where a queue's dead letters go, for people: a queue name (through the default exchange, or
 /// the one queue a direct route reaches), or an exchange and routing key.
-fn drains_into(q: &LiveQueue, live: &Live) -> Option<String> {
+fn drains_into(q: &LiveQueue, live: &Live, index: &Index) -> Option<String> {
     let args = q.arguments.as_ref()?;
     let exchange = args.get(arg::DEAD_LETTER_EXCHANGE)?.as_str()?;
     let key = args.get(arg::DEAD_LETTER_ROUTING_KEY).and_then(ArgValue::as_str);
-    let routed: Vec<&QueueName> = live
-        .bindings
+    let routed: Vec<&QueueName> = index
+        .bound_from(exchange)
         .iter()
-        .flatten()
-        .filter(|b| b.source == exchange && Some(b.routing_key.as_str()) == key)
+        .filter(|b| Some(b.routing_key.as_str()) == key)
         .filter_map(|b| if let Destination::Queue(q) = &b.destination { Some(q) } else { None })
         .collect();
     let direct = live.exchanges.get(exchange).is_some_and(|x| x.kind == crate::model::ExchangeType::Direct);
@@ -166,13 +166,7 @@ fn drains_into(q: &LiveQueue, live: &Live) -> Option<String> {
 
 /// (from, to) for every live queue whose dead letters reach a queue, through the default exchange
 /// or through a dead-letter exchange's bindings, leaving out the bindings about to be removed.
-fn dead_letter_targets(live: &Live, unbound: &BTreeSet<Binding>) -> Vec<(QueueName, QueueName)> {
-    // The bindings by source, once: scanning every binding for every queue was quadratic (40% of
-    // a no-op apply's CPU at 2,000 topologies).
-    let mut by_source: rustc_hash::FxHashMap<&str, Vec<&Binding>> = rustc_hash::FxHashMap::default();
-    for b in live.bindings.iter().flatten() {
-        by_source.entry(b.source.as_str()).or_default().push(b);
-    }
+fn dead_letter_targets(live: &Live, unbound: &BTreeSet<Binding>, index: &Index) -> Vec<(QueueName, QueueName)> {
     let mut edges = Vec::new();
     for (from, q) in &live.queues {
         let Some(args) = &q.arguments else { continue };
@@ -182,8 +176,7 @@ fn dead_letter_targets(live: &Live, unbound: &BTreeSet<Binding>) -> Vec<(QueueNa
             edges.extend(key.map(|k| (from.clone(), QueueName::from(k))));
         } else if live.bindings.is_some() {
             // Without a routing key any binding may match: count them all, to be safe.
-            let from_exchange = by_source.get(exchange).map_or(&[][..], Vec::as_slice);
-            for b in from_exchange.iter().copied().filter(|b| !unbound.contains(*b)) {
+            for b in index.bound_from(exchange).iter().copied().filter(|b| !unbound.contains(*b)) {
                 if let Destination::Queue(to) = &b.destination
                     && key.is_none_or(|k| k == b.routing_key)
                 {

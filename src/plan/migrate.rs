@@ -97,7 +97,12 @@ pub fn feeding_bindings<'l>(live: &'l Live, queue: &'l str) -> impl Iterator<Ite
 
 /// Why `queue` cannot be migrated now, or `None`. `migrating` names the queues this run
 /// migrates, whose dead letters will no longer go through the default exchange.
-pub fn blocker(queue: &QueueName, live: &Live, migrating: &[QueueName]) -> Option<String> {
+pub fn blocker(
+    queue: &QueueName,
+    live: &Live,
+    index: &super::Index,
+    migrating: &rustc_hash::FxHashSet<QueueName>,
+) -> Option<String> {
     let l = live.queues.get(queue)?;
     if live.bindings.is_none() {
         return Some(
@@ -117,14 +122,11 @@ pub fn blocker(queue: &QueueName, live: &Live, migrating: &[QueueName]) -> Optio
     }
     // Dead letters sent through the default exchange go to the queue by name, and are dropped
     // while it does not exist: such a feeder must move first, or drain.
-    let direct = live.queues.iter().find(|(name, other)| {
-        *name != queue
-            && !migrating.contains(name)
-            && other.arguments.as_ref().is_some_and(|a| {
-                a.get(arg::DEAD_LETTER_EXCHANGE).and_then(ArgValue::as_str) == Some("")
-                    && a.get(arg::DEAD_LETTER_ROUTING_KEY).and_then(ArgValue::as_str) == Some(queue.as_str())
-            })
-    });
+    let direct = index
+        .dead_lettering_to("", queue.as_str())
+        .iter()
+        .find(|name| **name != queue && !migrating.contains(**name))
+        .and_then(|name| Some((*name, live.queues.get(*name)?)));
     if let Some((name, other)) = direct {
         let holds = other.messages.map_or("messages".to_string(), |n| format!("{n} message(s)"));
         return Some(format!(
@@ -138,6 +140,7 @@ pub fn blocker(queue: &QueueName, live: &Live, migrating: &[QueueName]) -> Optio
 mod tests {
     use super::*;
     use crate::model::{Arguments, Role};
+    use crate::plan::Index;
 
     fn queue(kind: &str) -> Queue {
         let mut arguments = Arguments::new();
@@ -184,10 +187,11 @@ mod tests {
         wait.messages = Some(3);
         l.queues.insert(QueueName::new("orders.wait-5s"), wait);
         let orders = QueueName::new("orders");
-        let why = blocker(&orders, &l, &[]).expect("blocked");
+        let moving: rustc_hash::FxHashSet<QueueName> = [QueueName::new("orders.wait-5s")].into_iter().collect();
+        let why = blocker(&orders, &l, &Index::new(&[], &l), &Default::default()).expect("blocked");
         assert!(why.contains("orders.wait-5s") && why.contains("3 message(s)"), "{why}");
-        assert_eq!(blocker(&orders, &l, &[QueueName::new("orders.wait-5s")]), None);
+        assert_eq!(blocker(&orders, &l, &Index::new(&[], &l), &moving), None);
         l.queues.get_mut(&orders).unwrap().consumers = Some(2);
-        assert!(blocker(&orders, &l, &[QueueName::new("orders.wait-5s")]).unwrap().contains("2 consumer(s)"));
+        assert!(blocker(&orders, &l, &Index::new(&[], &l), &moving).unwrap().contains("2 consumer(s)"));
     }
 }

@@ -3,6 +3,7 @@
 //! and executes the plan.
 
 pub mod fingerprint;
+mod index;
 mod leftover;
 pub mod migrate;
 pub mod placement;
@@ -13,6 +14,7 @@ use std::fmt;
 
 use serde::{Serialize, Serializer};
 
+pub use index::Index;
 pub use leftover::left_over;
 pub use remedy::{SpecEdit, WayOut, retyped};
 
@@ -307,14 +309,15 @@ pub struct Admin {
 }
 
 pub fn plan(vhost: &str, topologies: &[&CompiledTopology], live: &Live, options: &Options) -> Plan {
+    let index = Index::new(topologies, live);
     let objects = desired(topologies);
-    let mut steps: Vec<Step> = objects.iter().map(|o| step(o, live, vhost, topologies, options)).collect();
+    let mut steps: Vec<Step> = objects.iter().map(|o| step(o, live, vhost, &index, options)).collect();
     if live.bindings.is_none() {
-        refuse_blind_moves(topologies, live, &mut steps);
+        refuse_blind_moves(&index, live, &mut steps);
     }
-    check_migrations(live, options, &mut steps);
+    check_migrations(live, &index, options, &mut steps);
     let wanted: BTreeSet<Key> = objects.iter().map(|o| o.key()).collect();
-    steps.extend(leftover::steps(topologies, live, &wanted, options));
+    steps.extend(leftover::steps(topologies, live, &wanted, options, &index));
     let overrides = objects
         .iter()
         .filter_map(|o| if let Object::Queue(q) = o { Some(q) } else { None })
@@ -355,11 +358,11 @@ pub(crate) fn is_quorum(arguments: &Arguments) -> bool {
 /// Without a list of bindings (no management API), a new wait queue next to an existing retry
 /// exchange means a delay changed: the old wait queue's binding cannot be seen, so it would stay,
 /// and every retry would be delivered twice. Refused instead.
-fn refuse_blind_moves(topologies: &[&CompiledTopology], live: &Live, steps: &mut [Step]) {
+fn refuse_blind_moves(index: &Index, live: &Live, steps: &mut [Step]) {
     for step in steps.iter_mut() {
         let Step::Create { object: Object::Queue(q) } = step else { continue };
         let Role::Wait { hops, .. } = &q.role else { continue };
-        let Some(t) = topologies.iter().map(|t| &t.topology).find(|t| t.owns_queue(&q.name)) else {
+        let Some(t) = index.owner_of_queue(&q.name).first().map(|c| &c.topology) else {
             continue;
         };
         if !live.exchanges.contains_key(&t.retry_exchange) {
@@ -391,7 +394,7 @@ fn refuse_blind_moves(topologies: &[&CompiledTopology], live: &Live, steps: &mut
     }
 }
 
-fn step(object: &Object, live: &Live, vhost: &str, topologies: &[&CompiledTopology], options: &Options) -> Step {
+fn step(object: &Object, live: &Live, vhost: &str, index: &Index, options: &Options) -> Step {
     let object = object.clone();
     match &object {
         Object::Exchange(e) => match live.exchanges.get(&e.name) {
@@ -401,12 +404,13 @@ fn step(object: &Object, live: &Live, vhost: &str, topologies: &[&CompiledTopolo
                 if differences.is_empty() {
                     Step::InSync { object, note: None }
                 } else {
-                    let ways_out = remedy::exchange_ways_out(options, vhost, topologies, e, &differences);
+                    let owners = index.moving_bindings_of(&e.name);
+                    let ways_out = remedy::exchange_ways_out(options, vhost, owners, e, &differences);
                     Step::Conflict { object, differences, ways_out }
                 }
             }
         },
-        Object::Queue(q) => queue_step(q, live, vhost, topologies, options),
+        Object::Queue(q) => queue_step(q, live, vhost, index, options),
         Object::Binding(b) => match &live.bindings {
             None => Step::Ensure { object },
             Some(set) if set.contains(b) => Step::InSync { object, note: None },
@@ -425,7 +429,7 @@ fn step(object: &Object, live: &Live, vhost: &str, topologies: &[&CompiledTopolo
     }
 }
 
-fn queue_step(q: &Queue, live: &Live, vhost: &str, topologies: &[&CompiledTopology], options: &Options) -> Step {
+fn queue_step(q: &Queue, live: &Live, vhost: &str, index: &Index, options: &Options) -> Step {
     let object = Object::Queue(q.clone());
     let holding = migrate::holding_queue(&q.name);
     let unfinished = live.queues.get(&holding);
@@ -459,7 +463,8 @@ fn queue_step(q: &Queue, live: &Live, vhost: &str, topologies: &[&CompiledTopolo
     if differences.is_empty() {
         return Step::InSync { object, note: None };
     }
-    if let Some(note) = legacy_shape(q, l, topologies) {
+    let owner = index.owner_of_queue(&q.name);
+    if let Some(note) = legacy_shape(q, l, owner) {
         return if options.migrate {
             Step::Migrate { object, differences, messages, holding, resumes: false }
         } else {
@@ -469,8 +474,8 @@ fn queue_step(q: &Queue, live: &Live, vhost: &str, topologies: &[&CompiledTopolo
     if options.migrate {
         return Step::Migrate { object, differences, messages, holding, resumes: false };
     }
-    let mut ways_out = remedy::queue_ways_out(vhost, topologies, live, q, &differences, l.messages);
-    if migrate::blocker(&q.name, live, &[]).is_none() {
+    let mut ways_out = remedy::queue_ways_out(vhost, owner, live, q, &differences, l.messages);
+    if migrate::blocker(&q.name, live, index, &Default::default()).is_none() {
         ways_out.insert(
             0,
             WayOut::says(format!(
@@ -485,9 +490,9 @@ fn queue_step(q: &Queue, live: &Live, vhost: &str, topologies: &[&CompiledTopolo
 /// A wait queue in the shape hopper 0.1 gave it (dead-lettering through the default exchange)
 /// behaves as the current shape does: in sync, with a note. Only `apply --migrate` needs it
 /// moved, to re-point its dead letters while the queue they return to is switched.
-fn legacy_shape(q: &Queue, l: &LiveQueue, topologies: &[&CompiledTopology]) -> Option<String> {
+fn legacy_shape(q: &Queue, l: &LiveQueue, owner: &[&CompiledTopology]) -> Option<String> {
     let Role::Wait { hops, .. } = &q.role else { return None };
-    let t = topologies.iter().map(|c| &c.topology).find(|t| t.owns_queue(&q.name))?;
+    let t = &owner.first()?.topology;
     let target = t.return_queue(*hops.first()?);
     let legacy = crate::compile::legacy_wait_queue(q, &target)?;
     let same = queue_differences(&legacy, l, l.arguments.as_ref()?).is_empty();
@@ -500,11 +505,11 @@ fn legacy_shape(q: &Queue, l: &LiveQueue, topologies: &[&CompiledTopology]) -> O
 }
 
 /// A migration that cannot be carried out now becomes a conflict that says why.
-fn check_migrations(live: &Live, options: &Options, steps: &mut [Step]) {
+fn check_migrations(live: &Live, index: &Index, options: &Options, steps: &mut [Step]) {
     if !options.migrate {
         return;
     }
-    let migrating: Vec<QueueName> = steps
+    let migrating: rustc_hash::FxHashSet<QueueName> = steps
         .iter()
         .filter_map(|s| match s {
             Step::Migrate { object: Object::Queue(q), .. } => Some(q.name.clone()),
@@ -513,7 +518,7 @@ fn check_migrations(live: &Live, options: &Options, steps: &mut [Step]) {
         .collect();
     for step in steps.iter_mut() {
         let Step::Migrate { object: Object::Queue(q), differences, resumes: false, .. } = step else { continue };
-        if let Some(why) = migrate::blocker(&q.name, live, &migrating) {
+        if let Some(why) = migrate::blocker(&q.name, live, index, &migrating) {
             *step = Step::Conflict {
                 object: Object::Queue(q.clone()),
                 differences: std::mem::take(differences),
