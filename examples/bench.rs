@@ -6,6 +6,7 @@
 //! scripts/bench                                  3.10, 4.0 and 4.3 at 500, 2,000 and 10,000 topologies
 //! scripts/bench --broker 3.10 --sizes 500,2000   one broker, two sizes
 //! scripts/bench --write README.md                also replace that broker's table in the README
+//! scripts/bench --move 10000 --broker 4.3        messages moved a second (below)
 //! ```
 //!
 //! For each broker and size, on vhosts of its own (deleted at the end, also on failure):
@@ -26,9 +27,17 @@
 //! would run a harness-less bench as a test, and an example is also a module the integration
 //! tests include (`#[path]`), like `retry_consumer.rs`.
 //!
-//! Scenarios beyond the curve (such as `--move N`, `hopper redrive` against the management UI's
-//! shovel "move messages") go beside `measure_size`: a function of (&Broker, &Options) returning
-//! rows for the broker's table, with its option parsed in `main`.
+//! `--move N` measures messages moved a second instead, on a vhost of its own: N persistent
+//! messages (`--move-bytes`, 512 by default) in a topology's dead-letter queue, moved to its main
+//! queue by `hopper redrive` (timed until it exits: every copy confirmed, every original acked),
+//! and back by the management UI's "Move messages" (the dynamic shovel its form creates, timed
+//! until the destination holds N by a passive declaration every 5 ms); then the main queue's N
+//! messages out and back by the mover of `apply --migrate`, its queue type switched. The shovel
+//! needs rabbitmq_shovel_management, which `.ci/brokers.sh` enables on 4.0 and 4.3 and never on
+//! the system 3.10 broker: there only hopper is timed.
+//!
+//! Scenarios beyond the curve go beside `measure_size`, as `measure_move` does: a method of `Run`
+//! returning the broker's result, a function making its rows, its option parsed in `main`.
 
 use std::fmt::Write as _;
 use std::fs;
@@ -97,6 +106,8 @@ pub struct Options {
     pub force: bool,
     /// Progress lines on stderr.
     pub verbose: bool,
+    /// `--move`: each message's body, in bytes.
+    pub move_bytes: usize,
 }
 
 /// One measured command: wall seconds and, for hopper's own, peak memory in MB.
@@ -174,6 +185,24 @@ pub struct Report {
     /// The size that could not be measured, and why.
     pub failure: Option<String>,
     pub machine: String,
+}
+
+/// One broker's `--move` run: `messages` moved by each mover, `--repeats` times.
+#[derive(Debug, Clone)]
+pub struct MoveResult {
+    pub version: String,
+    pub queue_type: String,
+    pub messages: usize,
+    /// `hopper redrive`, dead-letter queue to main queue: `messages` per sample.
+    pub redrive: Step,
+    /// The management UI's "Move messages", back: `messages` per sample; empty without the
+    /// shovel plugin.
+    pub shovel: Step,
+    /// Why the shovel was not timed.
+    pub no_shovel: Option<String>,
+    /// The mover of `apply --migrate`, out to the holding queue and back: twice `messages` per
+    /// sample.
+    pub migrate: Step,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -352,6 +381,86 @@ impl Drop for Vhosts<'_> {
                 eprintln!("bench: warning: {e}");
             }
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Messages, over AMQP (for --move)
+// ---------------------------------------------------------------------------------------------
+
+/// One AMQP connection to a vhost, driven by a runtime of its own: the benchmark is blocking
+/// code, and the connection must keep answering the broker while hopper or the shovel runs.
+struct Amqp {
+    runtime: tokio::runtime::Runtime,
+    connection: lapin::Connection,
+    channel: lapin::Channel,
+}
+
+impl Amqp {
+    fn connect(url: &str) -> Result<Amqp> {
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
+        let (connection, channel) = runtime.block_on(async {
+            let connection = lapin::Connection::connect(url, lapin::ConnectionProperties::default()).await?;
+            let channel = connection.create_channel().await?;
+            channel.confirm_select(lapin::options::ConfirmSelectOptions::default()).await?;
+            anyhow::Ok((connection, channel))
+        })?;
+        Ok(Amqp { runtime, connection, channel })
+    }
+
+    /// `n` persistent messages of `bytes` bytes each into `queue`, through the default exchange,
+    /// each confirmed and routed (`mandatory`).
+    fn fill(&self, queue: &str, n: usize, bytes: usize) -> Result<()> {
+        use lapin::options::BasicPublishOptions;
+        let body = vec![b'x'; bytes];
+        self.runtime.block_on(async {
+            // Confirmed in windows: the broker is never more than a window behind.
+            for start in (0..n).step_by(1000) {
+                let mut confirms = vec![];
+                for i in start..n.min(start + 1000) {
+                    let properties = lapin::BasicProperties::default()
+                        .with_delivery_mode(2)
+                        .with_message_id(format!("m-{i}").into());
+                    let options = BasicPublishOptions { mandatory: true, immediate: false };
+                    confirms
+                        .push(self.channel.basic_publish("".into(), queue.into(), options, &body, properties).await?);
+                }
+                for confirm in confirms {
+                    if !matches!(confirm.await?, lapin::Confirmation::Ack(None)) {
+                        bail!("a message to {queue} was not routed or not confirmed");
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Until `queue` holds exactly `n` messages; the instant it was seen to. The count is a
+    /// passive declaration's, every 5 ms: the management API's lags by seconds.
+    fn until_holds(&self, queue: &str, n: usize, timeout: Duration) -> Result<Instant> {
+        let options = lapin::options::QueueDeclareOptions { passive: true, ..Default::default() };
+        let deadline = Instant::now() + timeout;
+        self.runtime.block_on(async {
+            loop {
+                let declared =
+                    self.channel.queue_declare(queue.into(), options, lapin::types::FieldTable::default()).await?;
+                if declared.message_count() as usize == n {
+                    return Ok(Instant::now());
+                }
+                if Instant::now() > deadline {
+                    bail!(
+                        "{queue} holds {} messages, not {n}, after {} s",
+                        declared.message_count(),
+                        timeout.as_secs()
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+    }
+
+    fn close(self) {
+        let _ = self.runtime.block_on(self.connection.close(200, "done".into()));
     }
 }
 
@@ -654,6 +763,134 @@ impl Run<'_> {
         }
         Ok(result)
     }
+
+    /// `--move`: `n` messages in a topology's dead-letter queue, moved to its main queue by
+    /// `hopper redrive` and back by the management UI's "Move messages"; then the mover of
+    /// `apply --migrate`, the main queue's messages out and back, its queue type switched.
+    fn measure_move(&self, n: usize, tag: &str) -> Result<MoveResult> {
+        let options = self.options;
+        let mut result = MoveResult {
+            version: String::new(),
+            queue_type: options.queue_type.clone(),
+            messages: n,
+            redrive: Step::default(),
+            shovel: Step::default(),
+            no_shovel: None,
+            migrate: Step::default(),
+        };
+        let mut vhosts = Vhosts { http: self.http, names: vec![] };
+        // Letters, digits and dashes: the name goes into URLs as it is.
+        let vhost = format!("{tag}-move");
+        self.http.create_vhost(&vhost, &self.broker.user)?;
+        vhosts.names.push(vhost.clone());
+        let spec = self.dir.join("move.toml");
+        let spec_arg = spec.to_str().unwrap();
+        let write_spec = |queue_type: &str| {
+            fs::write(
+                &spec,
+                format!(
+                    "vhost = \"{vhost}\"\n[topology.orders]\nqueue_type = \"{queue_type}\"\ndelays = [\"1h\"]\nmax_attempts = 2\nidempotency_key = \"message_id\"\n"
+                ),
+            )
+        };
+        write_spec(&options.queue_type)?;
+        self.hopper_step(&["apply", spec_arg], &[0], Some("Applied:"))?;
+        let amqp = Amqp::connect(&format!("{}/{vhost}", self.broker.amqp))?;
+        self.say(format!("filling orders.dlq with {n} messages of {} bytes", options.move_bytes));
+        amqp.fill("orders.dlq", n, options.move_bytes)?;
+
+        let shovel = matches!(self.http.call("GET", "/shovels", None), Ok((200, _)));
+        if !shovel {
+            result.no_shovel = Some(if self.broker.chroot.is_none() {
+                "the plugin is not enabled on the system broker, whose configuration hopper's scripts never change"
+                    .into()
+            } else {
+                "no rabbitmq_shovel_management on this broker: .ci/brokers.sh enables it".into()
+            });
+        }
+        for i in 0..options.repeats {
+            self.say(format!("hopper redrive: {n} messages orders.dlq -> orders"));
+            let sample = self.hopper_step(&["--format", "json", "redrive", spec_arg], &[0], None)?;
+            let log = fs::read_to_string(self.dir.join("hopper.log"))?;
+            let report = log
+                .find('{')
+                .and_then(|start| serde_json::Deserializer::from_str(&log[start..]).into_iter::<Value>().next())
+                .ok_or_else(|| anyhow!("hopper redrive printed no JSON:\n{log}"))??;
+            let moved = report["topologies"][0]["moved"].as_u64();
+            if moved != Some(n as u64) {
+                bail!("hopper redrive moved {moved:?} dead letters, not {n}");
+            }
+            amqp.until_holds("orders", n, Duration::from_secs(60))?;
+            result.redrive.samples.push(sample);
+            self.say(format!("  {:.3} s", sample.secs));
+
+            if shovel {
+                // Exactly what the management UI's "Move messages" form on a queue's page submits.
+                let name = format!("move-{i}");
+                let body = serde_json::json!({
+                    "component": "shovel", "vhost": vhost, "name": name,
+                    "value": {
+                        "src-uri": format!("amqp:///{vhost}"), "src-queue": "orders", "src-protocol": "amqp091",
+                        "src-prefetch-count": 1000, "src-delete-after": "queue-length",
+                        "dest-protocol": "amqp091", "dest-uri": format!("amqp:///{vhost}"),
+                        "dest-add-forward-headers": false, "ack-mode": "on-confirm", "dest-queue": "orders.dlq",
+                    },
+                });
+                self.say(format!("shovel (Move messages): {n} messages orders -> orders.dlq"));
+                let parameter = format!("/parameters/shovel/{vhost}/{name}");
+                let start = Instant::now();
+                self.http.ok("PUT", &parameter, Some(&body.to_string()))?;
+                let done = amqp.until_holds("orders.dlq", n, Duration::from_secs(1800))?;
+                let secs = (done - start).as_secs_f64();
+                result.shovel.samples.push(Sample { secs, peak_mb: None, cpu: None });
+                self.say(format!("  {secs:.3} s"));
+                // It deletes itself once it has moved the length the queue had (not timed).
+                for _ in 0..600 {
+                    if let Ok((404, _)) = self.http.call("GET", &parameter, None) {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            } else {
+                self.http.ok("DELETE", &format!("/queues/{vhost}/orders/contents"), None)?;
+                amqp.fill("orders.dlq", n, options.move_bytes)?;
+            }
+        }
+
+        // The mover of apply --migrate: the main queue's messages out to a holding queue and
+        // back, its queue type switched each time (each run moves 2n messages and declares
+        // queues).
+        self.http.ok("DELETE", &format!("/queues/{vhost}/orders.dlq/contents"), None)?;
+        self.http.ok("DELETE", &format!("/queues/{vhost}/orders/contents"), None)?;
+        amqp.until_holds("orders", 0, Duration::from_secs(60))?;
+        amqp.fill("orders", n, options.move_bytes)?;
+        // apply refuses a queue with consumers, which it reads from the management API: that
+        // shows the last shovel's (and redrive's) consumer for a few seconds after it has gone
+        // (statistics are sampled every 5 s). Wait for a sample taken since, then until it shows
+        // none on any queue of the vhost (not timed).
+        std::thread::sleep(Duration::from_secs(6));
+        for _ in 0..300 {
+            let queues = self.http.get_json(&format!("/queues/{vhost}?columns=consumers"))?;
+            let consumers: u64 = queues.as_array().into_iter().flatten().filter_map(|q| q["consumers"].as_u64()).sum();
+            if consumers == 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let mut queue_type = options.queue_type.as_str();
+        for _ in 0..options.repeats {
+            queue_type = if queue_type == "classic" { "quorum" } else { "classic" };
+            write_spec(queue_type)?;
+            self.say(format!("apply --migrate: orders to {queue_type} with {n} messages"));
+            let sample = self.hopper_step(&["apply", "--migrate", spec_arg], &[0], None)?;
+            amqp.until_holds("orders", n, Duration::from_secs(60)).context("orders after the migration")?;
+            result.migrate.samples.push(sample);
+            self.say(format!("  {:.3} s", sample.secs));
+        }
+        amqp.close();
+        vhosts.delete(&vhost)?;
+        Ok(result)
+    }
 }
 
 fn which(program: &str, chroot: &Option<(PathBuf, String)>) -> bool {
@@ -711,24 +948,35 @@ pub fn generate(dir: &Path, n: usize, queue_type: &str) -> Result<()> {
     Ok(())
 }
 
-/// Measures every size on one broker.
-pub fn run(broker: &Broker, options: &Options) -> Result<Report> {
-    let http = Http::new(broker);
+/// The version the broker reports, which must be the one named.
+fn version(http: &Http, broker: &Broker) -> Result<String> {
     let overview = http.get_json("/overview").with_context(|| format!("the broker's API at {}", broker.management))?;
     let version = overview["rabbitmq_version"].as_str().unwrap_or("?").to_string();
     if !version.starts_with(&format!("{}.", broker.name)) && broker.name.contains('.') {
         bail!("the broker at {} is RabbitMQ {version}, expected {}.x", broker.management, broker.name);
     }
+    Ok(version)
+}
+
+/// The prefix of a run's vhosts: whose they are (`hb<pid>`) and when, so runs never collide.
+fn tag() -> String {
+    format!(
+        "hb{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() % 1_000_000)
+    )
+}
+
+/// Measures every size on one broker.
+pub fn run(broker: &Broker, options: &Options) -> Result<Report> {
+    let http = Http::new(broker);
+    let version = version(&http, broker)?;
     let dir = std::env::temp_dir().join(format!("hopper-bench-{}-{}", std::process::id(), broker.name));
     fs::create_dir_all(&dir)?;
     // Debian's rabbitmqctl runs as the rabbitmq user and must read the definitions.
     set_mode(&dir, 0o755)?;
     let run = Run { broker, options, http: &http, dir: dir.clone() };
-    let tag = format!(
-        "hb{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() % 1_000_000)
-    );
+    let tag = tag();
     // A size that fails ends the run, and is reported after the sizes that were measured.
     let mut sizes = vec![];
     let mut failure = None;
@@ -759,6 +1007,18 @@ pub fn run(broker: &Broker, options: &Options) -> Result<Report> {
         failure,
         machine: machine(),
     })
+}
+
+/// `--move messages` on one broker.
+pub fn run_move(broker: &Broker, options: &Options, messages: usize) -> Result<MoveResult> {
+    let http = Http::new(broker);
+    let version = version(&http, broker)?;
+    let dir = std::env::temp_dir().join(format!("hopper-bench-{}-{}-move", std::process::id(), broker.name));
+    fs::create_dir_all(&dir)?;
+    let run = Run { broker, options, http: &http, dir: dir.clone() };
+    let result = run.measure_move(messages, &tag());
+    let _ = fs::remove_dir_all(&dir);
+    Ok(MoveResult { version, ..result? })
 }
 
 fn machine() -> String {
@@ -900,6 +1160,69 @@ pub fn replace_between_markers(text: &str, name: &str, table: &str) -> Result<St
     Ok(format!("{}\n{}{}", &text[..start], table, &text[stop..]))
 }
 
+/// The `--move` table's header, the README's.
+const MOVE_HEADER: &str = "| RabbitMQ, queues | hopper redrive | shovel \"Move messages\" | ratio | apply --migrate |\n|---|---|---|---|---|\n";
+
+/// A broker's row of the `--move` table: each mover's messages a second, from its median time.
+pub fn move_row(m: &MoveResult) -> String {
+    let cell = |step: &Step, moved: usize, bold: bool| -> Option<String> {
+        let secs = step.median()?;
+        let rate = format!("{} msg/s", thousands((moved as f64 / secs).round() as usize));
+        Some(if bold { format!("**{rate}** ({secs:.2} s)") } else { format!("{rate} ({secs:.2} s)") })
+    };
+    let redrive = cell(&m.redrive, m.messages, true).unwrap_or_else(|| "—".into());
+    let shovel = cell(&m.shovel, m.messages, true)
+        .or_else(|| m.no_shovel.as_ref().map(|why| format!("— ({why})")))
+        .unwrap_or_else(|| "—".into());
+    let ratio = match (m.redrive.median(), m.shovel.median()) {
+        (Some(h), Some(s)) if s > 0.0 => format!("{:.1}×", h / s),
+        _ => "—".into(),
+    };
+    let migrate = cell(&m.migrate, 2 * m.messages, false).unwrap_or_else(|| "—".into());
+    format!("| {}, {} | {redrive} | {shovel} | {ratio} | {migrate} |", m.version, m.queue_type)
+}
+
+/// The `--move` table of a run's brokers, with what was moved and how it was measured.
+pub fn move_markdown(results: &[MoveResult], options: &Options, commit: &str, date: &str) -> String {
+    let messages = results.first().map_or(0, |m| m.messages);
+    let mut out = format!(
+        "**Moving {} messages** of {} bytes, {date}, hopper {commit}\n\n{MOVE_HEADER}",
+        thousands(messages),
+        options.move_bytes
+    );
+    for m in results {
+        let _ = writeln!(out, "{}", move_row(m));
+    }
+    let _ = writeln!(
+        out,
+        "\nMedian wall time of {} runs; ratio: hopper's time ÷ the shovel's (above 1, the shovel is faster); {}.",
+        options.repeats,
+        machine()
+    );
+    out
+}
+
+/// The README's `--move` table (between `<!-- bench:move:begin -->` and its end marker) with
+/// `rows` in place of those for the same RabbitMQ minor version and queue type: a run measures
+/// one queue type, so the other rows stay as they were.
+pub fn replace_move_rows(text: &str, rows: &[String]) -> Result<String> {
+    // "| 4.3.6, quorum | ..." -> ((4, 3), "quorum")
+    fn key(row: &str) -> Option<((u32, u32), String)> {
+        let cell = row.strip_prefix("| ")?.split(" |").next()?;
+        let (version, queue_type) = cell.split_once(", ")?;
+        let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
+        Some(((parts.next()??, parts.next()??), queue_type.to_string()))
+    }
+    let begin = "<!-- bench:move:begin -->";
+    let start = text.find(begin).ok_or_else(|| anyhow!("no `{begin}` marker"))? + begin.len();
+    let block = &text[start..start + text[start..].find("<!-- bench:move:end -->").unwrap_or(0)];
+    let mut table: Vec<String> = block.lines().filter(|l| key(l).is_some()).map(String::from).collect();
+    table.retain(|old| !rows.iter().any(|new| key(new) == key(old)));
+    table.extend(rows.iter().cloned());
+    table.sort_by_key(|row| key(row));
+    replace_between_markers(text, "move", &format!("{MOVE_HEADER}{}\n", table.join("\n")))
+}
+
 /// No broker: one spec file of `n` topologies (the same shape, classic queues), each offline
 /// command's wall time and peak memory.
 pub fn offline_table(hopper: &Path, n: usize) -> Result<String> {
@@ -946,6 +1269,8 @@ const USAGE: &str = "\
 usage: scripts/bench [--broker 3.10|4.0|4.3]... [--sizes 500,2000,10000] [--repeats 3]
                      [--fresh-repeats 1] [--queue-type classic|quorum] [--force]
                      [--write README.md] [--bin PATH]
+       scripts/bench --move N [--move-bytes 512] [--broker ...]... [--repeats 3]
+                     [--queue-type classic|quorum] [--write README.md] [--bin PATH]
        scripts/bench --offline N
 
 
@@ -954,6 +1279,11 @@ and the cheapest complete listing. The Markdown goes to stdout, progress to stde
 replaces each broker's table between its markers (<!-- bench:3.10:begin --> ... end -->).
 Interrupted (Ctrl-C), it leaves its vhosts (hb<pid>-...) on the broker.
 --bin: the hopper binary (default: target/release/hopper beside this program).
+--move N: messages moved a second instead: N persistent messages of --move-bytes bytes in a
+topology's dead-letter queue, moved to its main queue by `hopper redrive`, back by the
+management UI's \"Move messages\" shovel (brokers with rabbitmq_shovel_management: 4.0 and 4.3),
+then out and back by the mover of `apply --migrate`; --write replaces that broker and queue
+type's row between <!-- bench:move:begin --> and its end marker.
 --offline N: no broker; one spec file of N topologies, each offline command's time and memory.";
 
 fn main() -> std::process::ExitCode {
@@ -976,9 +1306,11 @@ fn cli() -> Result<()> {
         hopper: PathBuf::new(),
         force: false,
         verbose: true,
+        move_bytes: 512,
     };
     let mut write = None;
     let mut offline = None;
+    let mut moves = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = || args.next().ok_or_else(|| anyhow!("{arg} takes a value\n{USAGE}"));
@@ -995,7 +1327,9 @@ fn cli() -> Result<()> {
             "--write" => write = Some(PathBuf::from(value()?)),
             "--bin" => options.hopper = PathBuf::from(value()?),
             "--offline" => offline = Some(value()?.replace('_', "").parse::<usize>()?),
-            // Scenarios beyond the curve (`--move N`, on branch redrive) are parsed here.
+            // Scenarios beyond the curve are parsed here.
+            "--move" => moves = Some(value()?.replace('_', "").parse::<usize>()?),
+            "--move-bytes" => options.move_bytes = value()?.replace('_', "").parse()?,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return Ok(());
@@ -1003,8 +1337,8 @@ fn cli() -> Result<()> {
             other => bail!("unknown argument {other}\n{USAGE}"),
         }
     }
-    if options.repeats == 0 || options.fresh == 0 || options.sizes.contains(&0) {
-        bail!("sizes and repeats must be positive");
+    if options.repeats == 0 || options.fresh == 0 || options.sizes.contains(&0) || moves == Some(0) {
+        bail!("sizes, repeats and messages to move must be positive");
     }
     if !["classic", "quorum"].contains(&options.queue_type.as_str()) {
         bail!("--queue-type takes classic or quorum");
@@ -1043,6 +1377,29 @@ fn cli() -> Result<()> {
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())?;
     let mut failed = None;
+    if let Some(n) = moves {
+        let mut results = vec![];
+        for broker in &brokers {
+            match run_move(broker, &options, n) {
+                Ok(result) => results.push(result),
+                Err(e) => {
+                    eprintln!("bench {}: {e:#}", broker.name);
+                    failed = Some(e);
+                }
+            }
+        }
+        if !results.is_empty() {
+            println!("{}", move_markdown(&results, &options, &commit, &date));
+            if let Some(readme) = &write {
+                let rows: Vec<String> = results.iter().map(move_row).collect();
+                let text = fs::read_to_string(readme)?;
+                fs::write(readme, replace_move_rows(&text, &rows)?)?;
+                eprintln!("bench: wrote {} row(s) of the move table into {}", rows.len(), readme.display());
+            }
+        }
+        let _ = fs::remove_file(copy);
+        return failed.map_or(Ok(()), Err);
+    }
     for broker in &brokers {
         match run(broker, &options) {
             Ok(report) => {

@@ -16,14 +16,22 @@ fn options() -> bench::Options {
         hopper: PathBuf::from(env!("CARGO_BIN_EXE_hopper")),
         force: false,
         verbose: false,
+        move_bytes: 512,
     }
 }
 
-async fn small_run(broker: Broker) {
+/// The broker of the matrix that the tests' `broker` is, at the tests' addresses.
+fn target(broker: Broker) -> bench::Broker {
     let (major, minor) = broker.version();
     let mut target = bench::Broker::matrix(&format!("{major}.{minor}")).unwrap();
     target.amqp = broker.amqp().to_string();
     target.management = broker.management().to_string();
+    target
+}
+
+async fn small_run(broker: Broker) {
+    let (major, minor) = broker.version();
+    let target = target(broker);
     let report = tokio::task::spawn_blocking(move || bench::run(&target, &options())).await.unwrap().unwrap();
 
     assert!(report.version.starts_with(&format!("{major}.{minor}.")), "{}", report.version);
@@ -72,4 +80,31 @@ async fn small_run(broker: Broker) {
     }
 }
 
-on_every_broker!(small_run);
+/// `--move` with 100 messages, once: each mover moves them all (the program checks the counts),
+/// the shovel wherever its plugin is (4.x), and the README's move table takes the row in place.
+async fn small_move(broker: Broker) {
+    let (major, minor) = broker.version();
+    let target = target(broker);
+    let options = bench::Options { repeats: 1, ..options() };
+    let result = tokio::task::spawn_blocking(move || bench::run_move(&target, &options, 100)).await.unwrap().unwrap();
+
+    assert!(result.version.starts_with(&format!("{major}.{minor}.")), "{}", result.version);
+    assert_eq!((result.redrive.samples.len(), result.migrate.samples.len()), (1, 1));
+    // .ci/brokers.sh enables the shovel plugins on 4.0 and 4.3, never on the system 3.10.
+    assert_eq!(result.shovel.samples.len(), usize::from(major >= 4), "{result:?}");
+    assert_eq!(result.no_shovel.is_some(), major < 4, "{result:?}");
+
+    let row = bench::move_row(&result);
+    assert!(row.starts_with(&format!("| {}, classic | **", result.version)), "{row}");
+    assert_eq!(row.contains("×"), major >= 4, "{row}");
+
+    // The README's table keeps its header and its other rows; this broker's is replaced, once.
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let replaced = bench::replace_move_rows(&readme, std::slice::from_ref(&row)).unwrap();
+    assert!(replaced.contains(&format!("\n{row}\n")), "{replaced}");
+    assert_eq!(bench::replace_move_rows(&replaced, &[row]).unwrap(), replaced, "not idempotent");
+    let rows = |text: &str| text.lines().filter(|l| l.starts_with("| ") && l.contains(" msg/s")).count();
+    assert_eq!(rows(&replaced), rows(&readme));
+}
+
+on_every_broker!(small_run, small_move);
