@@ -471,9 +471,56 @@ impl Amqp {
 // ---------------------------------------------------------------------------------------------
 
 /// Runs a command, output to `log`; its wall time and (from `wait4`) its peak resident memory.
+/// The program that runs each measured command as its own child, set by `main` to this
+/// benchmark's executable (`--measure-child`); unset (the tests), commands are children of this
+/// process. Why: Linux carries a process's peak memory across `exec` from the image it replaced,
+/// which for a child spawned here is this process (vfork). Once the benchmark had parsed a
+/// 10,000-topology listing, every hopper command "peaked" at the benchmark's 369 MB. A child of
+/// a freshly started, small process starts from that process's few MB instead.
+static MEASURER: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
 fn measure(command: &mut Command, log: &Path) -> Result<(Sample, i32)> {
     let file = fs::File::create(log)?;
-    command.stdin(Stdio::null()).stdout(file.try_clone()?).stderr(file);
+    let Some(measurer) = MEASURER.get() else {
+        command.stdin(Stdio::null()).stdout(file.try_clone()?).stderr(file);
+        return wait_measured(command);
+    };
+    let usage = log.with_extension("usage");
+    let mut through = Command::new(measurer);
+    through.arg("--measure-child").arg(&usage).arg(command.get_program()).args(command.get_args());
+    for (key, value) in command.get_envs() {
+        match value {
+            Some(value) => through.env(key, value),
+            None => through.env_remove(key),
+        };
+    }
+    if let Some(dir) = command.get_current_dir() {
+        through.current_dir(dir);
+    }
+    through.stdin(Stdio::null()).stdout(file.try_clone()?).stderr(file);
+    let status = through.status()?;
+    if !status.success() {
+        bail!("the measuring child failed ({status}) for {command:?}");
+    }
+    let text = fs::read_to_string(&usage)?;
+    let _ = fs::remove_file(&usage);
+    let numbers: Vec<f64> = text.split_whitespace().map(str::parse).collect::<Result<_, _>>()?;
+    let [secs, cpu, peak_mb, code] = numbers[..] else { bail!("bad usage record {text:?}") };
+    Ok((Sample { secs, peak_mb: Some(peak_mb), cpu: Some(cpu) }, code as i32))
+}
+
+/// `--measure-child USAGE PROGRAM ARGS...`: runs the program (stdio inherited) and writes its
+/// wall seconds, CPU seconds, peak memory in MB and exit code into USAGE.
+fn measure_child(args: &[String]) -> Result<()> {
+    let [usage, program, rest @ ..] = args else { bail!("--measure-child USAGE PROGRAM ARGS...") };
+    let (sample, code) = wait_measured(Command::new(program).args(rest))?;
+    let (secs, cpu, peak) = (sample.secs, sample.cpu.unwrap_or(0.0), sample.peak_mb.unwrap_or(0.0));
+    fs::write(usage, format!("{secs} {cpu} {peak} {code}\n"))?;
+    Ok(())
+}
+
+/// Spawns `command` and reaps it with `wait4`, for its own resource usage.
+fn wait_measured(command: &mut Command) -> Result<(Sample, i32)> {
     let start = Instant::now();
     let child = command.spawn().with_context(|| format!("running {command:?}"))?;
     let pid = child.id() as libc::pid_t;
@@ -1318,6 +1365,11 @@ fn main() -> std::process::ExitCode {
 }
 
 fn cli() -> Result<()> {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    if argv.first().map(String::as_str) == Some("--measure-child") {
+        return measure_child(&argv[1..]);
+    }
+    let _ = MEASURER.set(std::env::current_exe()?);
     let mut brokers = vec![];
     let mut options = Options {
         sizes: vec![500, 2000, 10000],
