@@ -75,33 +75,43 @@ impl Api {
     }
 
     /// `GET {base}{path}`, as JSON of type `T`.
+    /// Parsed on the thread that received the answer: a listing of a large vhost runs to tens
+    /// of megabytes, and parsing it there overlaps the listings still on their way.
     pub async fn get<T: DeserializeOwned + Send + 'static>(&self, path: &str) -> Result<T, HttpError> {
-        let body = self.call("GET", path, None).await?;
-        serde_json::from_str(&body).map_err(|e| HttpError::NotJson {
-            detail: format!("GET {path}: {e}; the answer begins {:?}", body.chars().take(80).collect::<String>()),
+        self.call("GET", path, None, |path, body| {
+            serde_json::from_str(body).map_err(|e| HttpError::NotJson {
+                detail: format!("GET {path}: {e}; the answer begins {:?}", body.chars().take(80).collect::<String>()),
+            })
         })
+        .await
     }
 
     pub async fn put(&self, path: &str, body: &Value) -> Result<(), HttpError> {
-        self.call("PUT", path, Some(body.to_string())).await.map(drop)
+        self.call("PUT", path, Some(body.to_string()), ignored).await
     }
 
     pub async fn post(&self, path: &str, body: &Value) -> Result<(), HttpError> {
-        self.call("POST", path, Some(body.to_string())).await.map(drop)
+        self.call("POST", path, Some(body.to_string()), ignored).await
     }
 
     pub async fn delete(&self, path: &str) -> Result<(), HttpError> {
-        self.call("DELETE", path, None).await.map(drop)
+        self.call("DELETE", path, None, ignored).await
     }
 
     /// One request, to the base that answered last and, when it cannot be reached at all (a
     /// stopped node), to each other base in turn. Any answer, an error status too, is the
     /// cluster's: only a failure to reach a node moves on.
-    async fn call(&self, method: &'static str, path: &str, body: Option<String>) -> Result<String, HttpError> {
+    async fn call<T: Send + 'static>(
+        &self,
+        method: &'static str,
+        path: &str,
+        body: Option<String>,
+        decode: Decode<T>,
+    ) -> Result<T, HttpError> {
         let first = self.current.load(Ordering::Relaxed);
         let mut failure = None;
         for i in (0..self.bases.len()).map(|k| (first + k) % self.bases.len()) {
-            match self.call_one(&self.bases[i], method, path, body.clone()).await {
+            match self.call_one(&self.bases[i], method, path, body.clone(), decode).await {
                 Err(HttpError::Transport(e)) if super::tls::explain(&e).is_none() => {
                     failure.get_or_insert(HttpError::Transport(e));
                 }
@@ -118,15 +128,17 @@ impl Api {
 
     /// One request to one base on tokio's blocking pool (ureq is synchronous), bounded by the
     /// timeout.
-    async fn call_one(
+    async fn call_one<T: Send + 'static>(
         &self,
         base: &str,
         method: &'static str,
         path: &str,
         body: Option<String>,
-    ) -> Result<String, HttpError> {
+        decode: Decode<T>,
+    ) -> Result<T, HttpError> {
         let (agent, url, authorization) = (self.agent.clone(), format!("{base}{path}"), self.authorization.clone());
-        let task = tokio::task::spawn_blocking(move || -> Result<String, HttpError> {
+        let path = path.to_string();
+        let task = tokio::task::spawn_blocking(move || -> Result<T, HttpError> {
             let request = ureq::http::Request::builder()
                 .method(method)
                 .uri(&url)
@@ -146,7 +158,7 @@ impl Api {
             let text =
                 response.body_mut().with_config().limit(u64::MAX).read_to_string().map_err(HttpError::Transport)?;
             if (200..300).contains(&status) {
-                return Ok(text);
+                return decode(&path, &text);
             }
             let reason = serde_json::from_str::<Value>(&text)
                 .ok()
@@ -162,6 +174,14 @@ impl Api {
     pub async fn overview(&self) -> Result<Overview, HttpError> {
         self.get("/overview?disable_stats=true&columns=cluster_name,rabbitmq_version").await
     }
+}
+
+/// What a 2xx answer's body becomes, given the request's path (for the error) and the body.
+type Decode<T> = fn(&str, &str) -> Result<T, HttpError>;
+
+/// For a write: the answer's body says nothing hopper uses.
+fn ignored(_path: &str, _body: &str) -> Result<(), HttpError> {
+    Ok(())
 }
 
 /// Why the management API could not be used: a sentence naming the URL and the real cause, and
