@@ -82,12 +82,18 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
     if let Some(path) = &args.plan {
         return run_saved(&args, path, format);
     }
+    // With --vhost, the broker is read while the spec loads; a spec error still comes first.
+    let endpoint = args.broker.endpoint();
+    let early = match &endpoint {
+        Ok(e) if !args.amqp_only => ops::Early::start(e, args.vhost.as_deref()),
+        _ => None,
+    };
     let spec_args = SpecArgs { specs: args.specs.clone(), vhost: args.vhost.clone() };
     let (spec, files) = match spec_args.load_sources()? {
         Ok(loaded) => loaded,
         Err(exit) => return Ok(exit),
     };
-    let endpoint = args.broker.endpoint()?;
+    let endpoint = endpoint?;
     let compiled = compile(&spec);
     let by_vhost: Vec<_> = ops::by_vhost(&compiled).into_iter().collect();
     let request = Request {
@@ -97,7 +103,7 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
         amqp_only: args.amqp_only,
         expect: None,
     };
-    let report = ops::apply::run(&endpoint, &by_vhost, &request)?;
+    let report = ops::apply::run(&endpoint, &by_vhost, &request, early)?;
     render(&report, &args, format)?;
     if let Some(out) = &args.out {
         if report.conflicts() > 0 {
@@ -139,7 +145,7 @@ fn run_saved(args: &Args, path: &std::path::Path, format: Format) -> Result<Exit
         amqp_only: args.amqp_only,
         expect: Some(saved.expected()),
     };
-    let report = ops::apply::run(&endpoint, &by_vhost, &request)?;
+    let report = ops::apply::run(&endpoint, &by_vhost, &request, None)?;
     if !report.stale.is_empty() {
         if format == Format::Json {
             output::document(&report)?;

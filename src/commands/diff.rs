@@ -30,14 +30,17 @@ pub struct Args {
 }
 
 pub fn run(args: Args, format: Format) -> Result<Exit> {
+    // With --vhost, the broker is read while the spec loads; a spec error still comes first.
+    let endpoint = args.broker.endpoint();
+    let early = endpoint.as_ref().ok().and_then(|e| ops::Early::start(e, args.spec.vhost.as_deref()));
     let spec = match args.spec.load()? {
         Ok(spec) => spec,
         Err(exit) => return Ok(exit),
     };
-    let endpoint = args.broker.endpoint()?;
+    let endpoint = endpoint?;
     let compiled = compile(&spec);
     let by_vhost: Vec<_> = ops::by_vhost(&compiled).into_iter().collect();
-    let report = ops::diff::run(&endpoint, &by_vhost)?;
+    let report = ops::diff::run(&endpoint, &by_vhost, early)?;
     match format {
         Format::Json => output::document(&report)?,
         Format::Table => print(&report)?,

@@ -57,7 +57,7 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
         };
         let compiled = compile(&spec);
         for (vhost, topologies) in ops::by_vhost(&compiled) {
-            let names: BTreeSet<QueueName> = crate::plan::desired_queues(&topologies);
+            let names: BTreeSet<QueueName> = crate::plan::desired_queues(&topologies).into_iter().cloned().collect();
             scopes.push(Scope { vhost: vhost.to_string(), queues: Some(names) });
         }
     }

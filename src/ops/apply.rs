@@ -151,8 +151,21 @@ fn staleness(expected: &[Expected], plans: &[(&Plan, &Fingerprint)]) -> Vec<Stri
     stale
 }
 
-pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], request: &Request) -> Result<Report> {
-    super::runtime()?.block_on(async {
+pub fn run(
+    endpoint: &Endpoint,
+    by_vhost: &[(&str, Vec<&CompiledTopology>)],
+    request: &Request,
+    early: Option<super::Early>,
+) -> Result<Report> {
+    let vhosts: Vec<&str> = by_vhost.iter().map(|(v, _)| *v).collect();
+    std::thread::scope(|scope| {
+        // The spec's part of each fingerprint, hashed on a second core while the broker is read.
+        let spec_hashes =
+            scope.spawn(|| by_vhost.iter().map(|(_, t)| fingerprint::spec(t, request.prune)).collect::<Vec<_>>());
+        // The spec's side of each plan, made while an early reading may still be under way.
+        let desired: Vec<plan::Desired> = by_vhost.iter().map(|(_, t)| plan::Desired::new(t)).collect();
+        let early = super::Early::finish(early.filter(|_| !request.amqp_only), &vhosts);
+        super::runtime()?.block_on(async {
         let options = Options { prune: request.prune, admin: Some(endpoint.admin()), migrate: request.migrate };
         // Read one broker and write another? Never: both endpoints must be one cluster.
         // With --amqp-only, the cluster is the one the first AMQP node names; every session
@@ -160,17 +173,11 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], req
         // error: falling back silently would hide a wrong URL and plan without the bindings.
         // Both endpoints and every vhost are read at once; nothing read is trusted before the
         // endpoints are known to be one cluster.
-        let (amqp_identity, http_identity, mut readings) = tokio::join!(
-            identity::amqp(endpoint),
-            async { if request.amqp_only { None } else { Some(http::identity(endpoint).await) } },
-            async {
-                if request.amqp_only {
-                    Vec::new()
-                } else {
-                    super::read_all(endpoint, by_vhost, http::Stats::Skipped).await
-                }
-            }
-        );
+        let reading = match early {
+            Some(reading) => reading,
+            None => super::Reading::of(endpoint, &vhosts, request.amqp_only).await,
+        };
+        let (amqp_identity, http_identity, mut readings) = (reading.amqp, reading.http, reading.vhosts);
         let amqp_identity = amqp_identity?;
         let cluster = match http_identity {
             None => amqp_identity.1.cluster_name.clone(),
@@ -207,8 +214,9 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], req
         };
         // Plan every vhost before changing any: a conflict anywhere stops the whole run.
         let mut work = Vec::new();
+        let mut spec_hashes = spec_hashes.join().expect("the spec's hashing does not panic").into_iter();
         readings.reverse();
-        for (vhost, topologies) in by_vhost {
+        for ((vhost, topologies), desired) in by_vhost.iter().zip(&desired) {
             let mut session = None;
             let (mut live, read_from, note) = if request.amqp_only {
                 crate::output::narrate(|| format!("vhost `{vhost}`: probing it over AMQP (--amqp-only)"));
@@ -219,7 +227,7 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], req
                 (live, ReadFrom::Amqp, Some(note.to_string()))
             } else {
                 let mut live = readings.pop().expect("a reading for each vhost, or an error").map_err(needs_the_api)?;
-                let left_over = super::left_over_queues(&live, topologies);
+                let left_over = super::left_over_queues(&live, desired);
                 if !left_over.is_empty() {
                     let counting = session.insert(connect(vhost).await?);
                     super::count(endpoint, vhost, Some(counting), &mut live, &left_over).await?;
@@ -232,9 +240,10 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], req
             // The fingerprint leaves counts out, so it is hashed beside the planning, on a
             // core of its own: at 2,000 topologies each takes about 60 ms.
             let seen = BrokerSeen { cluster_name: &cluster, version: &version };
+            let spec_hash = spec_hashes.next().expect("a spec hash for each vhost");
             let (mut plan, fingerprint) = std::thread::scope(|scope| {
-                let hashing = scope.spawn(|| fingerprint::fingerprint(&seen, vhost, &live, topologies, request.prune));
-                let plan = plan::plan(vhost, topologies, &live, &options);
+                let hashing = scope.spawn(|| fingerprint::of(&seen, vhost, &live, spec_hash));
+                let plan = desired.plan(vhost, &live, &options);
                 (plan, hashing.join().expect("the fingerprint's thread does not panic"))
             });
             // A refusal says how many messages the queue holds, and a migration is refused for
@@ -267,7 +276,7 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], req
                         q.consumers = Some(consumers);
                     }
                 }
-                plan = plan::plan(vhost, topologies, &live, &options);
+                plan = desired.plan(vhost, &live, &options);
             }
             crate::output::narrate(|| {
                 format!(
@@ -330,6 +339,7 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], req
             });
         }
         Ok(Report { dry_run: request.dry_run, applied: apply, cluster_name: cluster, stale, vhosts })
+    })
     })
 }
 

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::broker::{Endpoint, http, identity};
+use crate::broker::{Endpoint, identity};
 use crate::compile::CompiledTopology;
 use crate::hazard::{self, Finding};
 use crate::model::{ArgValue, Binding, ExchangeName, Object, QueueName};
@@ -128,7 +128,15 @@ pub struct Report {
     pub vhosts: Vec<VhostDiff>,
 }
 
-pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)]) -> Result<Report> {
+pub fn run(
+    endpoint: &Endpoint,
+    by_vhost: &[(&str, Vec<&CompiledTopology>)],
+    early: Option<super::Early>,
+) -> Result<Report> {
+    let vhosts: Vec<&str> = by_vhost.iter().map(|(v, _)| *v).collect();
+    // The spec's side of each plan, made while an early reading may still be under way.
+    let desired: Vec<plan::Desired> = by_vhost.iter().map(|(_, t)| plan::Desired::new(t)).collect();
+    let early = super::Early::finish(early, &vhosts);
     let plans = super::runtime()?.block_on(async {
         let options = Options { prune: false, admin: Some(endpoint.admin()), migrate: false };
         let cannot = |e: anyhow::Error| {
@@ -136,11 +144,12 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)]) -> 
         };
         // Everything read at once: who answers at each endpoint and every vhost. Nothing is
         // trusted before the two endpoints are known to be one cluster.
-        let (http_identity, amqp_identity, readings) = tokio::join!(
-            http::identity(endpoint),
-            identity::amqp(endpoint),
-            super::read_all(endpoint, by_vhost, http::Stats::Skipped)
-        );
+        let reading = match early {
+            Some(reading) => reading,
+            None => super::Reading::of(endpoint, &vhosts, false).await,
+        };
+        let (http_identity, amqp_identity, readings) =
+            (reading.http.expect("asked of the management API"), reading.amqp, reading.vhosts);
         let http_identity = http_identity.map_err(cannot)?;
         // Counts are read over AMQP when it answers: then it must be the same cluster.
         let amqp_identity = amqp_identity.ok();
@@ -160,18 +169,18 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)]) -> 
         let all: Vec<&CompiledTopology> = by_vhost.iter().flat_map(|(_, t)| t.iter().copied()).collect();
         super::check_release(&http_identity.version, &all)?;
         let mut plans = Vec::new();
-        for ((vhost, topologies), live) in by_vhost.iter().zip(readings) {
+        for (((vhost, _), desired), live) in by_vhost.iter().zip(&desired).zip(readings) {
             let mut live = live.map_err(cannot)?;
             // Counts only where they matter: left-over queues (what prune would do) and
             // conflicting ones (what their ways out say), exact over AMQP when it answers. A
             // session is opened only then.
             let mut session = None;
-            let left_over = super::left_over_queues(&live, topologies);
+            let left_over = super::left_over_queues(&live, desired);
             if !left_over.is_empty() {
                 session = super::counting_session(endpoint, vhost, &amqp_identity, &http_identity).await;
             }
             super::count(endpoint, vhost, session.as_mut(), &mut live, &left_over).await?;
-            let mut plan = plan::plan(vhost, topologies, &live, &options);
+            let mut plan = desired.plan(vhost, &live, &options);
             let conflicting: Vec<_> = plan
                 .conflicts()
                 .filter_map(|s| match s {
@@ -184,15 +193,14 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)]) -> 
                     session = super::counting_session(endpoint, vhost, &amqp_identity, &http_identity).await;
                 }
                 super::count(endpoint, vhost, session.as_mut(), &mut live, &conflicting).await?;
-                plan = plan::plan(vhost, topologies, &live, &options);
+                plan = desired.plan(vhost, &live, &options);
             }
             if let Some(session) = session {
                 session.close().await;
             }
-            let wanted = plan::desired_queues(topologies);
             let hazards: Vec<Finding> = hazard::cluster(&Network::from_live(&live))
                 .into_iter()
-                .filter(|f| f.queues.is_empty() || f.queues.iter().any(|q| wanted.contains(q)))
+                .filter(|f| f.queues.is_empty() || f.queues.iter().any(|q| desired.queues().contains(q)))
                 .collect();
             plans.push((plan, hazards));
         }

@@ -52,17 +52,65 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
 }
 
+/// What apply, its dry run and diff read before planning, all at once: who answers at each
+/// endpoint and every vhost. Nothing read is trusted before the two endpoints are known to be
+/// one cluster; a failure is reported in the order the checks take.
+pub struct Reading {
+    /// The first AMQP node's greeting, read before any credentials are sent.
+    pub amqp: Result<(String, Identity)>,
+    /// The management API's cluster; `None` with `--amqp-only`, which never asks it.
+    pub http: Option<Result<Identity>>,
+    /// Each vhost, in the order asked; a failure ends the reading there.
+    pub vhosts: Vec<Result<Live>>,
+}
+
+impl Reading {
+    pub async fn of(endpoint: &Endpoint, vhosts: &[&str], amqp_only: bool) -> Reading {
+        let (amqp, http, readings) = tokio::join!(
+            crate::broker::identity::amqp(endpoint),
+            async { if amqp_only { None } else { Some(http::identity(endpoint).await) } },
+            async { if amqp_only { Vec::new() } else { read_all(endpoint, vhosts).await } }
+        );
+        Reading { amqp, http, vhosts: readings }
+    }
+}
+
+/// A reading started before the spec is loaded, when the one vhost is known from `--vhost`:
+/// listing a vhost of 10,000 topologies takes seconds, and loading and compiling its spec
+/// 0.3 s of it. Reads only; a spec that fails to load ends the run before the reading is used.
+pub struct Early {
+    vhost: String,
+    reading: std::thread::JoinHandle<Result<Reading>>,
+}
+
+impl Early {
+    pub fn start(endpoint: &Endpoint, vhost: Option<&str>) -> Option<Early> {
+        let vhost = vhost?.to_string();
+        let (endpoint, name) = (endpoint.clone(), vhost.clone());
+        let reading = std::thread::spawn(move || {
+            runtime()?.block_on(async { Ok(Reading::of(&endpoint, &[&name], false).await) })
+        });
+        Some(Early { vhost, reading })
+    }
+
+    /// The reading, when it is of exactly these vhosts (a spec without topologies has none);
+    /// else `None`, and the run reads them itself.
+    pub(crate) fn finish(early: Option<Early>, vhosts: &[&str]) -> Option<Reading> {
+        let early = early?;
+        if vhosts != [early.vhost.as_str()] {
+            return None;
+        }
+        early.reading.join().ok()?.ok()
+    }
+}
+
 /// Every vhost of a run, read one after another through the management API; a failure ends
 /// the reading there (it is reported in vhost order, after the endpoints' own checks).
-pub(crate) async fn read_all(
-    endpoint: &Endpoint,
-    by_vhost: &[(&str, Vec<&CompiledTopology>)],
-    stats: http::Stats,
-) -> Vec<Result<Live>> {
+async fn read_all(endpoint: &Endpoint, vhosts: &[&str]) -> Vec<Result<Live>> {
     let mut readings = Vec::new();
-    for (vhost, _) in by_vhost {
+    for vhost in vhosts {
         crate::output::narrate(|| format!("vhost `{vhost}`: reading it through the management API"));
-        let live = http::read(endpoint, vhost, stats).await;
+        let live = http::read(endpoint, vhost, http::Stats::Skipped).await;
         let failed = live.is_err();
         readings.push(live);
         if failed {
@@ -85,14 +133,12 @@ pub(crate) async fn counting_session(
 }
 
 /// The queues left over by earlier specs: whether `--prune` may delete one depends on its counts.
-pub(crate) fn left_over_queues(live: &Live, topologies: &[&CompiledTopology]) -> Vec<QueueName> {
-    let wanted = plan::desired_queues(topologies);
-    let index = plan::Index::new(topologies, live);
+pub(crate) fn left_over_queues(live: &Live, desired: &plan::Desired) -> Vec<QueueName> {
     live.queues
         .iter()
         .filter(|(name, queue)| {
-            !wanted.contains(*name)
-                && index.generating(name).any(|t| plan::left_over(&t.topology, name, queue).is_some())
+            !desired.queues().contains(*name)
+                && desired.generators().generating(name).any(|t| plan::left_over(&t.topology, name, queue).is_some())
         })
         .map(|(name, _)| name.clone())
         .collect()

@@ -41,15 +41,26 @@ pub fn fingerprint(
     topologies: &[&CompiledTopology],
     prune: bool,
 ) -> Fingerprint {
+    of(broker, vhost, live, spec(topologies, prune))
+}
+
+/// The fingerprint, given the spec's part (`spec`), which `apply` hashes while the broker is
+/// still being read.
+pub fn of(broker: &BrokerSeen, vhost: &str, live: &Live, spec: String) -> Fingerprint {
     let broker = hash(&json!({
         "cluster_name": broker.cluster_name,
         "version": broker.version,
         "vhost": vhost,
     }));
     let live = hash_live(live);
-    // `{"prune":..,"topologies":[..]}` in canonical form, one topology's JSON at a time: the
-    // whole spec as one JSON tree cost more than everything else a no-op apply does.
-    let spec = streamed(|out| {
+    let combined = hash(&json!([broker, live, spec]));
+    Fingerprint { combined, broker, live, spec }
+}
+
+/// The spec's part: `{"prune":..,"topologies":[..]}` in canonical form, one topology's JSON at
+/// a time (the whole spec as one JSON tree cost more than everything else a no-op apply does).
+pub fn spec(topologies: &[&CompiledTopology], prune: bool) -> String {
+    streamed(|out| {
         out.0.update(b"{\"prune\":");
         canonical(&json!(prune), out);
         out.0.update(b",\"topologies\":[");
@@ -60,9 +71,7 @@ pub fn fingerprint(
             canonical(&json!({"topology": t.topology, "objects": t.objects}), out);
         }
         out.0.update(b"]}");
-    });
-    let combined = hash(&json!([broker, live, spec]));
-    Fingerprint { combined, broker, live, spec }
+    })
 }
 
 /// The live state without what changes by itself (counts), in canonical form:

@@ -9,15 +9,47 @@ use crate::compile::CompiledTopology;
 use crate::live::Live;
 use crate::model::{ArgValue, Binding, QueueName, arg};
 
-pub struct Index<'a> {
+/// The spec's side of the index: built with the spec, before the broker has answered.
+pub struct Owners<'a> {
     topologies: &'a [&'a CompiledTopology],
     /// Each queue the spec declares, by name: the first topology that compiles it.
     queue_owner: FxHashMap<&'a str, usize>,
-    /// Topologies by their main queue's name: a name one generates is `<main queue>.<suffix>`.
-    main_queue: FxHashMap<&'a str, Vec<usize>>,
+    generators: Generators<'a>,
     /// Topologies by the exchanges whose bindings they move: their own, retry and dead-letter
     /// exchanges.
     exchange: FxHashMap<&'a str, Vec<&'a CompiledTopology>>,
+}
+
+impl<'a> Owners<'a> {
+    pub fn new(topologies: &'a [&'a CompiledTopology]) -> Owners<'a> {
+        let mut owners = Owners {
+            topologies,
+            queue_owner: FxHashMap::default(),
+            generators: Generators::new(topologies),
+            exchange: FxHashMap::default(),
+        };
+        for (i, c) in topologies.iter().enumerate() {
+            for q in c.queues() {
+                owners.queue_owner.entry(q.name.as_str()).or_insert(i);
+            }
+            let t = &c.topology;
+            for e in [&t.exchange, &t.retry_exchange, &t.dead_letter_exchange] {
+                let exchange_owners = owners.exchange.entry(e.as_str()).or_default();
+                if !exchange_owners.last().is_some_and(|last| std::ptr::eq(*last, *c)) {
+                    exchange_owners.push(c);
+                }
+            }
+        }
+        owners
+    }
+
+    pub fn generators(&self) -> &Generators<'a> {
+        &self.generators
+    }
+}
+
+pub struct Index<'a> {
+    owners: &'a Owners<'a>,
     /// Live queues by where their dead letters go (exchange, routing key), in name order.
     dead_letters: FxHashMap<&'a str, FxHashMap<&'a str, Vec<&'a QueueName>>>,
     /// Live bindings by their source exchange.
@@ -25,28 +57,8 @@ pub struct Index<'a> {
 }
 
 impl<'a> Index<'a> {
-    pub fn new(topologies: &'a [&'a CompiledTopology], live: &'a Live) -> Index<'a> {
-        let mut index = Index {
-            topologies,
-            queue_owner: FxHashMap::default(),
-            main_queue: FxHashMap::default(),
-            exchange: FxHashMap::default(),
-            dead_letters: FxHashMap::default(),
-            bindings: FxHashMap::default(),
-        };
-        for (i, c) in topologies.iter().enumerate() {
-            for q in c.queues() {
-                index.queue_owner.entry(q.name.as_str()).or_insert(i);
-            }
-            let t = &c.topology;
-            index.main_queue.entry(t.queue.as_str()).or_default().push(i);
-            for e in [&t.exchange, &t.retry_exchange, &t.dead_letter_exchange] {
-                let owners = index.exchange.entry(e.as_str()).or_default();
-                if !owners.last().is_some_and(|last| std::ptr::eq(*last, *c)) {
-                    owners.push(c);
-                }
-            }
-        }
+    pub fn new(owners: &'a Owners<'a>, live: &'a Live) -> Index<'a> {
+        let mut index = Index { owners, dead_letters: FxHashMap::default(), bindings: FxHashMap::default() };
         for (name, q) in &live.queues {
             let Some(args) = &q.arguments else { continue };
             let text = |key| args.get(key).and_then(ArgValue::as_str);
@@ -62,26 +74,21 @@ impl<'a> Index<'a> {
 
     /// The topology that declares the queue `name`, as a slice of it (or of none).
     pub fn owner_of_queue(&self, name: &str) -> &'a [&'a CompiledTopology] {
-        match self.queue_owner.get(name) {
-            Some(&i) => std::slice::from_ref(&self.topologies[i]),
+        match self.owners.queue_owner.get(name) {
+            Some(&i) => std::slice::from_ref(&self.owners.topologies[i]),
             None => &[],
         }
     }
 
-    /// The topologies that may have generated the queue name `name` (their main queue's name is
-    /// `name` up to one of its dots), in spec order.
+    /// The topologies that may have generated the queue name `name`, in spec order.
     pub fn generating(&self, name: &str) -> impl Iterator<Item = &'a CompiledTopology> + use<'a> {
-        let mut found: Vec<usize> =
-            name.match_indices('.').filter_map(|(at, _)| self.main_queue.get(&name[..at])).flatten().copied().collect();
-        found.sort_unstable();
-        let topologies = self.topologies;
-        found.into_iter().map(move |i| topologies[i])
+        self.owners.generators.generating(name)
     }
 
     /// The topologies one of whose exchanges (own, retry, dead-letter) is `exchange`, in spec
     /// order.
     pub fn moving_bindings_of(&self, exchange: &str) -> &[&'a CompiledTopology] {
-        self.exchange.get(exchange).map_or(&[], Vec::as_slice)
+        self.owners.exchange.get(exchange).map_or(&[], Vec::as_slice)
     }
 
     /// The live queues that dead-letter through `exchange` with routing key `key`, by name.
@@ -92,5 +99,32 @@ impl<'a> Index<'a> {
     /// The live bindings from `exchange`.
     pub fn bound_from(&self, exchange: &str) -> &[&'a Binding] {
         self.bindings.get(exchange).map_or(&[], Vec::as_slice)
+    }
+}
+
+/// The part of an index that needs only the spec: which topologies may have generated a name.
+pub struct Generators<'a> {
+    topologies: &'a [&'a CompiledTopology],
+    /// Topologies by their main queue's name: a name one generates is `<main queue>.<suffix>`.
+    main_queue: FxHashMap<&'a str, Vec<usize>>,
+}
+
+impl<'a> Generators<'a> {
+    pub fn new(topologies: &'a [&'a CompiledTopology]) -> Generators<'a> {
+        let mut main_queue: FxHashMap<&str, Vec<usize>> = FxHashMap::default();
+        for (i, c) in topologies.iter().enumerate() {
+            main_queue.entry(c.topology.queue.as_str()).or_default().push(i);
+        }
+        Generators { topologies, main_queue }
+    }
+
+    /// The topologies that may have generated the queue name `name` (their main queue's name is
+    /// `name` up to one of its dots), in spec order.
+    pub fn generating(&self, name: &str) -> impl Iterator<Item = &'a CompiledTopology> + use<'a> {
+        let mut found: Vec<usize> =
+            name.match_indices('.').filter_map(|(at, _)| self.main_queue.get(&name[..at])).flatten().copied().collect();
+        found.sort_unstable();
+        let topologies = self.topologies;
+        found.into_iter().map(move |i| topologies[i])
     }
 }

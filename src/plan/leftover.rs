@@ -5,23 +5,17 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::index::Index;
-use super::{Options, Step, is_quorum};
-use crate::compile::{CompiledTopology, GeneratedName};
+use super::{Desired, Options, Step, is_quorum};
+use crate::compile::GeneratedName;
 use crate::live::{Live, LiveQueue};
 use crate::model::{ArgValue, Binding, Destination, Key, QueueName, arg};
 use crate::spec::Topology;
 
 /// The unbind, extra and delete steps for the vhost's left-overs.
-pub(super) fn steps(
-    topologies: &[&CompiledTopology],
-    live: &Live,
-    wanted: &BTreeSet<Key>,
-    options: &Options,
-    index: &Index,
-) -> Vec<Step> {
+pub(super) fn steps(desired: &Desired, live: &Live, options: &Options, index: &Index) -> Vec<Step> {
     let prune = options.prune;
     let mut steps = Vec::new();
-    let queues = super::desired_queues(topologies);
+    let (queues, wanted, routes) = (&desired.queues, &desired.keys, &desired.routes);
 
     // Queues hopper made for these topologies under an earlier spec.
     let left_overs: BTreeMap<&QueueName, (GeneratedName, &LiveQueue, &Topology)> = live
@@ -37,14 +31,6 @@ pub(super) fn steps(
     // and from its main exchange to its main queue. Anything else bound there (an audit queue on
     // the main exchange) belongs to someone else.
     let mut unbound = BTreeSet::new();
-    let routes: BTreeSet<(&str, &str)> = topologies
-        .iter()
-        .flat_map(|c| &c.objects)
-        .filter_map(|o| match o {
-            crate::model::Object::Binding(b) => Some((b.source.as_str(), b.routing_key.as_str())),
-            _ => None,
-        })
-        .collect();
     if let Some(bindings) = &live.bindings {
         for b in bindings.iter().filter(|b| !wanted.contains(&Key::Binding(b))) {
             let Destination::Queue(destination) = &b.destination else { continue };

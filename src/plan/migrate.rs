@@ -188,10 +188,15 @@ mod tests {
         l.queues.insert(QueueName::new("orders.wait-5s"), wait);
         let orders = QueueName::new("orders");
         let moving: rustc_hash::FxHashSet<QueueName> = [QueueName::new("orders.wait-5s")].into_iter().collect();
-        let why = blocker(&orders, &l, &Index::new(&[], &l), &Default::default()).expect("blocked");
+        let why = blocker(&orders, &l, &Index::new(&crate::plan::Owners::new(&[]), &l), &Default::default())
+            .expect("blocked");
         assert!(why.contains("orders.wait-5s") && why.contains("3 message(s)"), "{why}");
-        assert_eq!(blocker(&orders, &l, &Index::new(&[], &l), &moving), None);
+        assert_eq!(blocker(&orders, &l, &Index::new(&crate::plan::Owners::new(&[]), &l), &moving), None);
         l.queues.get_mut(&orders).unwrap().consumers = Some(2);
-        assert!(blocker(&orders, &l, &Index::new(&[], &l), &moving).unwrap().contains("2 consumer(s)"));
+        assert!(
+            blocker(&orders, &l, &Index::new(&crate::plan::Owners::new(&[]), &l), &moving)
+                .unwrap()
+                .contains("2 consumer(s)")
+        );
     }
 }

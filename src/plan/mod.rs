@@ -10,11 +10,13 @@ pub mod placement;
 mod remedy;
 
 use std::collections::BTreeSet;
+
+use rustc_hash::FxHashSet;
 use std::fmt;
 
 use serde::{Serialize, Serializer};
 
-pub use index::Index;
+pub use index::{Generators, Index, Owners};
 pub use leftover::left_over;
 pub use remedy::{SpecEdit, WayOut, retyped};
 
@@ -273,7 +275,12 @@ impl Plan {
 /// be shared by several topologies). Objects are the same when their identities are: a binding
 /// is all of it, never the text it prints as.
 pub fn desired<'t>(topologies: &[&'t CompiledTopology]) -> Vec<&'t Object> {
-    let mut seen = rustc_hash::FxHashSet::default();
+    desired_and_keys(topologies).0
+}
+
+/// `desired`, and the identities it holds.
+fn desired_and_keys<'t>(topologies: &[&'t CompiledTopology]) -> (Vec<&'t Object>, FxHashSet<Key<'t>>) {
+    let mut seen = FxHashSet::default();
     let mut objects = Vec::new();
     for t in topologies {
         for o in &t.objects {
@@ -282,12 +289,12 @@ pub fn desired<'t>(topologies: &[&'t CompiledTopology]) -> Vec<&'t Object> {
             }
         }
     }
-    objects
+    (objects, seen)
 }
 
 /// The queues of `desired`, by name.
-pub fn desired_queues(topologies: &[&CompiledTopology]) -> BTreeSet<QueueName> {
-    topologies.iter().flat_map(|t| t.queues().map(|q| q.name.clone())).collect()
+pub fn desired_queues<'t>(topologies: &[&'t CompiledTopology]) -> FxHashSet<&'t QueueName> {
+    topologies.iter().flat_map(|t| t.queues().map(|q| &q.name)).collect()
 }
 
 /// What a plan needs besides the two states.
@@ -309,23 +316,68 @@ pub struct Admin {
 }
 
 pub fn plan(vhost: &str, topologies: &[&CompiledTopology], live: &Live, options: &Options) -> Plan {
-    let index = Index::new(topologies, live);
-    let objects = desired(topologies);
-    let mut steps: Vec<Step> = objects.iter().map(|o| step(o, live, vhost, &index, options)).collect();
-    if live.bindings.is_none() {
-        refuse_blind_moves(&index, live, &mut steps);
+    Desired::new(topologies).plan(vhost, live, options)
+}
+
+/// What a plan needs of the spec alone, made once per vhost: `apply` and `diff` make it while
+/// the broker is still being read (at 500 topologies it is a third of the planning).
+pub struct Desired<'t> {
+    topologies: &'t [&'t CompiledTopology],
+    /// `desired`, and the identities it holds.
+    objects: Vec<&'t Object>,
+    keys: FxHashSet<Key<'t>>,
+    queues: FxHashSet<&'t QueueName>,
+    /// Where the spec's bindings route from: (source, routing key).
+    routes: FxHashSet<(&'t str, &'t str)>,
+    owners: index::Owners<'t>,
+}
+
+impl<'t> Desired<'t> {
+    pub fn new(topologies: &'t [&'t CompiledTopology]) -> Desired<'t> {
+        let (objects, keys) = desired_and_keys(topologies);
+        let routes = objects
+            .iter()
+            .filter_map(|o| match o {
+                Object::Binding(b) => Some((b.source.as_str(), b.routing_key.as_str())),
+                _ => None,
+            })
+            .collect();
+        Desired {
+            topologies,
+            objects,
+            keys,
+            queues: desired_queues(topologies),
+            routes,
+            owners: index::Owners::new(topologies),
+        }
     }
-    check_migrations(live, &index, options, &mut steps);
-    let wanted: BTreeSet<Key> = objects.iter().map(|o| o.key()).collect();
-    steps.extend(leftover::steps(topologies, live, &wanted, options, &index));
-    let overrides = objects
-        .iter()
-        .filter_map(|o| if let Object::Queue(q) = o { Some(q) } else { None })
-        .filter_map(|q| live.queues.get(&q.name).map(|l| (q, l)))
-        .flat_map(|(q, l)| overrides(q, l))
-        .collect();
-    let entry_exchanges = topologies.iter().map(|t| t.topology.exchange.clone()).collect();
-    Plan { vhost: vhost.to_string(), steps, overrides, entry_exchanges }
+
+    pub fn queues(&self) -> &FxHashSet<&'t QueueName> {
+        &self.queues
+    }
+
+    pub fn generators(&self) -> &Generators<'t> {
+        self.owners.generators()
+    }
+
+    pub fn plan(&self, vhost: &str, live: &Live, options: &Options) -> Plan {
+        let index = Index::new(&self.owners, live);
+        let mut steps: Vec<Step> = self.objects.iter().map(|o| step(o, live, vhost, &index, options)).collect();
+        if live.bindings.is_none() {
+            refuse_blind_moves(&index, live, &mut steps);
+        }
+        check_migrations(live, &index, options, &mut steps);
+        steps.extend(leftover::steps(self, live, options, &index));
+        let overrides = self
+            .objects
+            .iter()
+            .filter_map(|o| if let Object::Queue(q) = o { Some(q) } else { None })
+            .filter_map(|q| live.queues.get(&q.name).map(|l| (q, l)))
+            .flat_map(|(q, l)| overrides(q, l))
+            .collect();
+        let entry_exchanges = self.topologies.iter().map(|t| t.topology.exchange.clone()).collect();
+        Plan { vhost: vhost.to_string(), steps, overrides, entry_exchanges }
+    }
 }
 
 fn overrides(q: &Queue, live: &LiveQueue) -> Vec<Override> {
@@ -565,7 +617,10 @@ pub fn queue_differences(q: &Queue, l: &LiveQueue, live: &Arguments) -> Vec<Diff
     let mut d = Vec::new();
     flag(&mut d, Property::Durable, l.durable, q.durable);
     flag(&mut d, Property::AutoDelete, l.auto_delete, false);
-    let keys: BTreeSet<&str> = q.arguments.keys().chain(live.keys()).collect();
+    // In key order; a handful of keys, compared for each of tens of thousands of queues.
+    let mut keys: Vec<&str> = q.arguments.keys().chain(live.keys()).collect();
+    keys.sort_unstable();
+    keys.dedup();
     for key in keys {
         let (spec, live) = (q.arguments.get(key), live.get(key));
         if spec != live {
