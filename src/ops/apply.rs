@@ -157,190 +157,203 @@ pub fn run(
     request: &Request,
     early: Option<super::Early>,
 ) -> Result<Report> {
-    let vhosts: Vec<&str> = by_vhost.iter().map(|(v, _)| *v).collect();
+    let names: Vec<&str> = by_vhost.iter().map(|(v, _)| *v).collect();
     std::thread::scope(|scope| {
         // The spec's part of each fingerprint, hashed on a second core while the broker is read.
         let spec_hashes =
             scope.spawn(|| by_vhost.iter().map(|(_, t)| fingerprint::spec(t, request.prune)).collect::<Vec<_>>());
         // The spec's side of each plan, made while an early reading may still be under way.
         let desired: Vec<plan::Desired> = by_vhost.iter().map(|(_, t)| plan::Desired::new(t)).collect();
-        let early = super::Early::finish(early.filter(|_| !request.amqp_only), &vhosts);
-        super::runtime()?.block_on(async {
-        let options = Options { prune: request.prune, admin: Some(endpoint.admin()), migrate: request.migrate };
-        // Read one broker and write another? Never: both endpoints must be one cluster.
-        // With --amqp-only, the cluster is the one the first AMQP node names; every session
-        // connects only to nodes of it. Otherwise a management API that cannot be used is an
-        // error: falling back silently would hide a wrong URL and plan without the bindings.
-        // Both endpoints and every vhost are read at once; nothing read is trusted before the
-        // endpoints are known to be one cluster.
-        let reading = match early {
-            Some(reading) => reading,
-            None => super::Reading::of(endpoint, &vhosts, request.amqp_only).await,
-        };
-        let (amqp_identity, http_identity, mut readings) = (reading.amqp, reading.http, reading.vhosts);
-        let amqp_identity = amqp_identity?;
-        let cluster = match http_identity {
-            None => amqp_identity.1.cluster_name.clone(),
-            Some(http_identity) => {
-                let http_identity = http_identity.map_err(needs_the_api)?;
-                identity::same_cluster(endpoint, &amqp_identity, &http_identity)?;
-                http_identity.cluster_name
+        let early = super::Early::finish(early.filter(|_| !request.amqp_only), &names);
+        let spec_hashes = || spec_hashes.join().expect("the spec's hashing does not panic");
+        super::runtime()?.block_on(converge(endpoint, by_vhost, request, &desired, early, spec_hashes))
+    })
+}
+
+/// Read (unless read early), plan every vhost, then carry the plans out.
+async fn converge(
+    endpoint: &Endpoint,
+    by_vhost: &[(&str, Vec<&CompiledTopology>)],
+    request: &Request,
+    desired: &[plan::Desired<'_>],
+    early: Option<super::Reading>,
+    spec_hashes: impl FnOnce() -> Vec<String>,
+) -> Result<Report> {
+    let options = Options { prune: request.prune, admin: Some(endpoint.admin()), migrate: request.migrate };
+    // Read one broker and write another? Never: both endpoints must be one cluster.
+    // With --amqp-only, the cluster is the one the first AMQP node names; every session
+    // connects only to nodes of it. Otherwise a management API that cannot be used is an
+    // error: falling back silently would hide a wrong URL and plan without the bindings.
+    // Both endpoints and every vhost are read at once; nothing read is trusted before the
+    // endpoints are known to be one cluster.
+    let reading = match early {
+        Some(reading) => reading,
+        None => {
+            let names: Vec<&str> = by_vhost.iter().map(|(v, _)| *v).collect();
+            super::Reading::of(endpoint, &names, request.amqp_only).await
+        }
+    };
+    let (amqp_identity, http_identity, mut readings) = (reading.amqp, reading.http, reading.vhosts);
+    let amqp_identity = amqp_identity?;
+    let cluster = match http_identity {
+        None => amqp_identity.1.cluster_name.clone(),
+        Some(http_identity) => {
+            let http_identity = http_identity.map_err(needs_the_api)?;
+            identity::same_cluster(endpoint, &amqp_identity, &http_identity)?;
+            http_identity.cluster_name
+        }
+    };
+    crate::output::narrate(|| {
+        format!(
+            "broker: cluster `{cluster}` (RabbitMQ {}), AMQP {}, management API {}, as user `{}`",
+            amqp_identity.1.version,
+            amqp_identity.0,
+            crate::broker::redact(&endpoint.management_url),
+            endpoint.username()
+        )
+    });
+    // The release the plan is made against, as the first AMQP node that answered says; a
+    // session, opened only where something is counted or written, checks its own node's.
+    let version = amqp_identity.1.version.clone();
+    let all: Vec<&CompiledTopology> = by_vhost.iter().flat_map(|(_, t)| t.iter().copied()).collect();
+    super::check_release(&version, &all)?;
+    let connect = |vhost: &str| {
+        let vhost = vhost.to_string();
+        let cluster = cluster.clone();
+        async move {
+            let session = amqp::Session::connect(endpoint, &vhost, &cluster).await?;
+            // What is written is judged by the release of the node it is written to.
+            let topologies = by_vhost.iter().find(|(v, _)| *v == vhost).map(|(_, t)| t.as_slice()).unwrap_or(&[]);
+            super::check_release(&session.identity().version, topologies)?;
+            anyhow::Ok(session)
+        }
+    };
+    // Plan every vhost before changing any: a conflict anywhere stops the whole run.
+    let mut work = Vec::new();
+    let mut spec_hashes = spec_hashes().into_iter();
+    readings.reverse();
+    for ((vhost, topologies), desired) in by_vhost.iter().zip(desired) {
+        let mut session = None;
+        let (mut live, read_from, note) = if request.amqp_only {
+            crate::output::narrate(|| format!("vhost `{vhost}`: probing it over AMQP (--amqp-only)"));
+            let probing = session.insert(connect(vhost).await?);
+            let retyped = |q: &crate::model::Queue, t: &str| plan::retyped(topologies, q, t);
+            let live = probing.probe(&plan::desired(topologies), retyped).await?;
+            let note = "--amqp-only: read over AMQP: bindings are declared again (idempotent), and queues left over by earlier specs cannot be listed";
+            (live, ReadFrom::Amqp, Some(note.to_string()))
+        } else {
+            let mut live = readings.pop().expect("a reading for each vhost, or an error").map_err(needs_the_api)?;
+            let left_over = super::left_over_queues(&live, desired);
+            if !left_over.is_empty() {
+                let counting = session.insert(connect(vhost).await?);
+                super::count(endpoint, vhost, Some(counting), &mut live, &left_over).await?;
             }
+            (live, ReadFrom::ManagementApi, None)
         };
-        crate::output::narrate(|| {
-            format!(
-                "broker: cluster `{cluster}` (RabbitMQ {}), AMQP {}, management API {}, as user `{}`",
-                amqp_identity.1.version,
-                amqp_identity.0,
-                crate::broker::redact(&endpoint.management_url),
-                endpoint.username()
-            )
+        // A refusal's commands name the management API only where it answered.
+        let options =
+            Options { admin: (read_from == ReadFrom::ManagementApi).then(|| endpoint.admin()), ..options.clone() };
+        // The fingerprint leaves counts out, so it is hashed beside the planning, on a
+        // core of its own: at 2,000 topologies each takes about 60 ms.
+        let seen = BrokerSeen { cluster_name: &cluster, version: &version };
+        let spec_hash = spec_hashes.next().expect("a spec hash for each vhost");
+        let (mut plan, fingerprint) = std::thread::scope(|scope| {
+            let hashing = scope.spawn(|| fingerprint::of(&seen, vhost, &live, spec_hash));
+            let plan = desired.plan(vhost, &live, &options);
+            (plan, hashing.join().expect("the fingerprint's thread does not panic"))
         });
-        // The release the plan is made against, as the first AMQP node that answered says; a
-        // session, opened only where something is counted or written, checks its own node's.
-        let version = amqp_identity.1.version.clone();
-        let all: Vec<&CompiledTopology> = by_vhost.iter().flat_map(|(_, t)| t.iter().copied()).collect();
-        super::check_release(&version, &all)?;
-        let connect = |vhost: &str| {
-            let vhost = vhost.to_string();
-            let cluster = cluster.clone();
-            async move {
-                let session = amqp::Session::connect(endpoint, &vhost, &cluster).await?;
-                // What is written is judged by the release of the node it is written to.
-                let topologies = by_vhost.iter().find(|(v, _)| *v == vhost).map(|(_, t)| t.as_slice()).unwrap_or(&[]);
-                super::check_release(&session.identity().version, topologies)?;
-                anyhow::Ok(session)
-            }
-        };
-        // Plan every vhost before changing any: a conflict anywhere stops the whole run.
-        let mut work = Vec::new();
-        let mut spec_hashes = spec_hashes.join().expect("the spec's hashing does not panic").into_iter();
-        readings.reverse();
-        for ((vhost, topologies), desired) in by_vhost.iter().zip(&desired) {
-            let mut session = None;
-            let (mut live, read_from, note) = if request.amqp_only {
-                crate::output::narrate(|| format!("vhost `{vhost}`: probing it over AMQP (--amqp-only)"));
-                let probing = session.insert(connect(vhost).await?);
-                let retyped = |q: &crate::model::Queue, t: &str| plan::retyped(topologies, q, t);
-                let live = probing.probe(&plan::desired(topologies), retyped).await?;
-                let note = "--amqp-only: read over AMQP: bindings are declared again (idempotent), and queues left over by earlier specs cannot be listed";
-                (live, ReadFrom::Amqp, Some(note.to_string()))
-            } else {
-                let mut live = readings.pop().expect("a reading for each vhost, or an error").map_err(needs_the_api)?;
-                let left_over = super::left_over_queues(&live, desired);
-                if !left_over.is_empty() {
-                    let counting = session.insert(connect(vhost).await?);
-                    super::count(endpoint, vhost, Some(counting), &mut live, &left_over).await?;
-                }
-                (live, ReadFrom::ManagementApi, None)
-            };
-            // A refusal's commands name the management API only where it answered.
-            let options =
-                Options { admin: (read_from == ReadFrom::ManagementApi).then(|| endpoint.admin()), ..options.clone() };
-            // The fingerprint leaves counts out, so it is hashed beside the planning, on a
-            // core of its own: at 2,000 topologies each takes about 60 ms.
-            let seen = BrokerSeen { cluster_name: &cluster, version: &version };
-            let spec_hash = spec_hashes.next().expect("a spec hash for each vhost");
-            let (mut plan, fingerprint) = std::thread::scope(|scope| {
-                let hashing = scope.spawn(|| fingerprint::of(&seen, vhost, &live, spec_hash));
-                let plan = desired.plan(vhost, &live, &options);
-                (plan, hashing.join().expect("the fingerprint's thread does not panic"))
-            });
-            // A refusal says how many messages the queue holds, and a migration is refused for
-            // a queue with consumers: count both exactly. The management API's counts lag by
-            // seconds (it would still show the consumer of a run killed a moment ago).
-            let counted: Vec<_> = plan
-                .steps
+        // A refusal says how many messages the queue holds, and a migration is refused for
+        // a queue with consumers: count both exactly. The management API's counts lag by
+        // seconds (it would still show the consumer of a run killed a moment ago).
+        let counted: Vec<_> =
+            plan.steps
                 .iter()
                 .filter_map(|s| match s {
-                    Step::Conflict { object: Object::Queue(q), .. } | Step::Migrate { object: Object::Queue(q), .. } => {
-                        Some(q.name.clone())
-                    }
+                    Step::Conflict { object: Object::Queue(q), .. }
+                    | Step::Migrate { object: Object::Queue(q), .. } => Some(q.name.clone()),
                     _ => None,
                 })
                 .collect();
-            if !counted.is_empty() {
-                let counting = match session {
-                    Some(ref mut s) => s,
-                    None => session.insert(connect(vhost).await?),
-                };
-                if read_from == ReadFrom::ManagementApi {
-                    super::count(endpoint, vhost, Some(&mut *counting), &mut live, &counted).await?;
-                }
-                // Consumers exactly, over AMQP: the API would still show a killed run's mover.
-                for name in counted {
-                    if let (Some(q), Some((messages, consumers))) =
-                        (live.queues.get_mut(&name), counting.queue_counts(&name).await?)
-                    {
-                        q.messages = Some(messages.max(q.messages.unwrap_or(0)));
-                        q.consumers = Some(consumers);
-                    }
-                }
-                plan = desired.plan(vhost, &live, &options);
-            }
-            crate::output::narrate(|| {
-                format!(
-                    "vhost `{vhost}`: {} exchange(s), {} queue(s), {} binding(s) read; {} change(s) planned; fingerprint {}",
-                    live.exchanges.len(),
-                    live.queues.len(),
-                    live.bindings.as_ref().map_or("unknown".to_string(), |b| b.len().to_string()),
-                    plan.steps.iter().filter(|s| s.changes()).count(),
-                    fingerprint.combined
-                )
-            });
-            let creates_quorum = plan.steps.iter().any(|s| {
-                matches!(s, Step::Create { object: Object::Queue(q) } if crate::plan::is_quorum(&q.arguments))
-            });
-            let quorum_members =
-                live.nodes.as_deref().filter(|_| creates_quorum).map(plan::placement::quorum_members);
-            work.push((session, plan, read_from, note, fingerprint, quorum_members));
-        }
-
-        let stale = match &request.expect {
-            Some(expected) => {
-                let plans: Vec<_> = work.iter().map(|(_, p, _, _, f, _)| (p, f)).collect();
-                staleness(expected, &plans)
-            }
-            None => Vec::new(),
-        };
-        let conflicts = work.iter().map(|(_, p, _, _, _, _)| p.conflicts().count()).sum::<usize>();
-        let apply = conflicts == 0 && !request.dry_run && stale.is_empty();
-        let mut vhosts = Vec::new();
-        for (mut session, plan, read_from, note, fingerprint, quorum_members) in work {
-            let mut failovers = Vec::new();
-            let changes = plan.steps.iter().filter(|s| s.changes()).count();
-            let (refused, migrated) = if apply && changes > 0 {
-                crate::output::narrate(|| format!("vhost `{}`: carrying out {changes} change(s)", plan.vhost));
-                let writing = match session {
-                    Some(ref mut s) => s,
-                    None => session.insert(connect(&plan.vhost).await?),
-                };
-                execute(writing, endpoint, &plan, &mut failovers).await?
-            } else {
-                (Vec::new(), Vec::new())
+        if !counted.is_empty() {
+            let counting = match session {
+                Some(ref mut s) => s,
+                None => session.insert(connect(vhost).await?),
             };
-            let broker_version = session.as_ref().map_or(version.clone(), |s| s.identity().version.clone());
-            if let Some(session) = session {
-                session.close().await;
+            if read_from == ReadFrom::ManagementApi {
+                super::count(endpoint, vhost, Some(&mut *counting), &mut live, &counted).await?;
             }
-            let Plan { vhost, steps, overrides, .. } = plan;
-            vhosts.push(VhostReport {
-                vhost,
-                broker_version,
-                read_from,
-                fingerprint,
-                note,
-                steps,
-                overrides,
-                refused,
-                migrated,
-                quorum_members,
-                failovers,
-            });
+            // Consumers exactly, over AMQP: the API would still show a killed run's mover.
+            for name in counted {
+                if let (Some(q), Some((messages, consumers))) =
+                    (live.queues.get_mut(&name), counting.queue_counts(&name).await?)
+                {
+                    q.messages = Some(messages.max(q.messages.unwrap_or(0)));
+                    q.consumers = Some(consumers);
+                }
+            }
+            plan = desired.plan(vhost, &live, &options);
         }
-        Ok(Report { dry_run: request.dry_run, applied: apply, cluster_name: cluster, stale, vhosts })
-    })
-    })
+        crate::output::narrate(|| {
+            format!(
+                "vhost `{vhost}`: {} exchange(s), {} queue(s), {} binding(s) read; {} change(s) planned; fingerprint {}",
+                live.exchanges.len(),
+                live.queues.len(),
+                live.bindings.as_ref().map_or("unknown".to_string(), |b| b.len().to_string()),
+                plan.steps.iter().filter(|s| s.changes()).count(),
+                fingerprint.combined
+            )
+        });
+        let creates_quorum = plan
+            .steps
+            .iter()
+            .any(|s| matches!(s, Step::Create { object: Object::Queue(q) } if crate::plan::is_quorum(&q.arguments)));
+        let quorum_members = live.nodes.as_deref().filter(|_| creates_quorum).map(plan::placement::quorum_members);
+        work.push((session, plan, read_from, note, fingerprint, quorum_members));
+    }
+
+    let stale = match &request.expect {
+        Some(expected) => {
+            let plans: Vec<_> = work.iter().map(|(_, p, _, _, f, _)| (p, f)).collect();
+            staleness(expected, &plans)
+        }
+        None => Vec::new(),
+    };
+    let conflicts = work.iter().map(|(_, p, _, _, _, _)| p.conflicts().count()).sum::<usize>();
+    let apply = conflicts == 0 && !request.dry_run && stale.is_empty();
+    let mut vhosts = Vec::new();
+    for (mut session, plan, read_from, note, fingerprint, quorum_members) in work {
+        let mut failovers = Vec::new();
+        let changes = plan.steps.iter().filter(|s| s.changes()).count();
+        let (refused, migrated) = if apply && changes > 0 {
+            crate::output::narrate(|| format!("vhost `{}`: carrying out {changes} change(s)", plan.vhost));
+            let writing = match session {
+                Some(ref mut s) => s,
+                None => session.insert(connect(&plan.vhost).await?),
+            };
+            execute(writing, endpoint, &plan, &mut failovers).await?
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        let broker_version = session.as_ref().map_or(version.clone(), |s| s.identity().version.clone());
+        if let Some(session) = session {
+            session.close().await;
+        }
+        let Plan { vhost, steps, overrides, .. } = plan;
+        vhosts.push(VhostReport {
+            vhost,
+            broker_version,
+            read_from,
+            fingerprint,
+            note,
+            steps,
+            overrides,
+            refused,
+            migrated,
+            quorum_members,
+            failovers,
+        });
+    }
+    Ok(Report { dry_run: request.dry_run, applied: apply, cluster_name: cluster, stale, vhosts })
 }
 
 /// A management API that cannot be used stops apply; where the API is not there at all (a wrong
