@@ -155,7 +155,7 @@ impl SpecError {
         let n = self.diagnostics.len();
         let _ = writeln!(
             stream,
-            "error: the spec has {n} error{}; nothing was sent to the broker",
+            "error: the spec has {n} error{}; nothing was changed on the broker",
             if n == 1 { "" } else { "s" }
         );
         let _ = stream.flush();

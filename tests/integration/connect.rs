@@ -273,11 +273,50 @@ async fn a_no_op_apply_and_diff_open_no_amqp_session() {
         assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
         // The greeting, then the session's own greeting of its node and the session.
         assert_eq!(proxy.take(), 3, "{broker:?}: a run that writes opens a session");
-        for args in [&["apply", &spec][..], &["apply", "--dry-run", &spec], &["diff", &spec]] {
+        let v = vhost.name.as_str();
+        // With --vhost the reading starts before the spec is loaded: its greeting is the run's
+        // one connection, never made twice.
+        for args in [
+            &["apply", &spec][..],
+            &["apply", "--dry-run", &spec],
+            &["diff", &spec],
+            &["apply", "--vhost", v, &spec],
+            &["apply", "--dry-run", "--vhost", v, &spec],
+            &["diff", "--vhost", v, &spec],
+        ] {
             let out = hopper_env(args, &env);
             assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
             assert_eq!(proxy.take(), 1, "{broker:?}: `hopper {}` in sync: the greeting alone", args.join(" "));
         }
         assert_eq!(support::count(&vhost.connect().await, "orders.dlq").await, Some(0), "it was applied");
+    }
+}
+
+/// With --vhost the broker is read while the spec loads; a spec that does not load is still the
+/// error reported, with its exit code, whether the broker answers or not, and nothing is created.
+#[tokio::test]
+async fn a_spec_error_comes_first_though_the_broker_is_read_early() {
+    for broker in [Broker::RabbitMq3_10, Broker::RabbitMq4_0, Broker::RabbitMq4_3] {
+        let vhost = Vhost::new(broker, "connect-early-spec-error").await;
+        let bad = vhost.spec("orders.toml", "[topology.orders]\ndelays = [\"soon\"]\n").display().to_string();
+        let here = [("HOPPER_AMQP_URL", broker.amqp()), ("HOPPER_MANAGEMENT_URL", broker.management())];
+        let nowhere = [
+            ("HOPPER_AMQP_URL", "amqp://guest:guest@127.0.0.1:1"),
+            ("HOPPER_MANAGEMENT_URL", "http://127.0.0.1:1/api"),
+        ];
+        for env in [&here, &nowhere] {
+            for command in [&["apply"][..], &["apply", "--dry-run"], &["diff"]] {
+                let args: Vec<&str> = command.iter().copied().chain(["--vhost", &vhost.name, &bad]).collect();
+                let out = hopper_env(&args, env);
+                let stderr = text(&out.stderr);
+                assert_eq!(out.status.code(), Some(2), "{broker:?} {args:?}: {stderr}");
+                assert!(
+                    stderr.contains("orders.toml:") && stderr.contains("invalid delay"),
+                    "{broker:?} {args:?}: the spec's error, at its line: {stderr}"
+                );
+                assert!(!stderr.contains("127.0.0.1"), "{broker:?} {args:?}: no word of the broker: {stderr}");
+            }
+        }
+        untouched(&vhost).await;
     }
 }

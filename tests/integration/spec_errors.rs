@@ -846,7 +846,7 @@ fn compile_exits_2_with_the_position_message_and_hint() {
         format!("┌─ {}:3:14", bad.0.display()),
         "unknown queue type \"stream\"".to_string(),
         "hint: use one of \"quorum\", \"classic\"".to_string(),
-        "error: the spec has 1 error; nothing was sent to the broker".to_string(),
+        "error: the spec has 1 error; nothing was changed on the broker".to_string(),
     ] {
         assert!(stderr.contains(&expected), "{expected:?} missing from:\n{stderr}");
     }
@@ -861,7 +861,7 @@ fn apply_with_a_bad_spec_exits_2_before_connecting() {
     assert_eq!(out.status.code(), Some(2), "stderr:\n{stderr}");
     assert!(stderr.contains(&format!("┌─ {}:3:14", bad.0.display())), "{stderr}");
     assert!(stderr.contains("unknown queue type \"stream\""), "{stderr}");
-    assert!(stderr.contains("nothing was sent to the broker"), "{stderr}");
+    assert!(stderr.contains("nothing was changed on the broker"), "{stderr}");
     let lower = stderr.to_lowercase();
     for unexpected in ["127.0.0.1", "connect", "refused", "amqp://"] {
         assert!(!lower.contains(unexpected), "{unexpected:?} in stderr: the broker was contacted:\n{stderr}");
