@@ -470,7 +470,6 @@ impl Amqp {
 // Running commands
 // ---------------------------------------------------------------------------------------------
 
-/// Runs a command, output to `log`; its wall time and (from `wait4`) its peak resident memory.
 /// The program that runs each measured command as its own child, set by `main` to this
 /// benchmark's executable (`--measure-child`); unset (the tests), commands are children of this
 /// process. Why: Linux carries a process's peak memory across `exec` from the image it replaced,
@@ -479,6 +478,7 @@ impl Amqp {
 /// a freshly started, small process starts from that process's few MB instead.
 static MEASURER: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
 
+/// Runs a command, output to `log`; its wall time and (from `wait4`) its peak resident memory.
 fn measure(command: &mut Command, log: &Path) -> Result<(Sample, i32)> {
     let file = fs::File::create(log)?;
     let Some(measurer) = MEASURER.get() else {
