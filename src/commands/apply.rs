@@ -113,7 +113,10 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
             output::narrate(|| format!("plan written to {}", out.display()));
         }
     }
-    Ok(exit(&report, &args))
+    let exit = exit(&report, &args);
+    drop(by_vhost);
+    crate::drop_aside((report, compiled, spec));
+    Ok(exit)
 }
 
 /// `apply --plan FILE`: the saved spec planned again, and carried out only if the broker still

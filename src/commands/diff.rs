@@ -45,7 +45,10 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
         Format::Json => output::document(&report)?,
         Format::Table => print(&report)?,
     }
-    Ok(if report.in_sync { Exit::Ok } else { Exit::Drift })
+    let exit = if report.in_sync { Exit::Ok } else { Exit::Drift };
+    drop(by_vhost);
+    crate::drop_aside((report, compiled, spec));
+    Ok(exit)
 }
 
 fn print(report: &Report) -> Result<()> {

@@ -203,6 +203,7 @@ pub fn run(
                 .filter(|f| f.queues.is_empty() || f.queues.iter().any(|q| desired.queues().contains(q)))
                 .collect();
             plans.push((plan, hazards));
+            crate::drop_aside(live);
         }
         anyhow::Ok(plans)
     })?;
@@ -211,6 +212,7 @@ pub fn run(
     for (v, h) in report.vhosts.iter_mut().zip(hazards) {
         v.hazards = h;
     }
+    crate::drop_aside(plans);
     Ok(report)
 }
 

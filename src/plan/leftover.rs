@@ -56,8 +56,9 @@ pub(super) fn steps(desired: &Desired, live: &Live, options: &Options, index: &I
     }
 
     // Where each live queue dead-letters once this plan is applied: a left-over queue something
-    // still dead-letters into is never deleted, or its next messages would be dropped.
-    let feeds = dead_letter_targets(live, &unbound, index);
+    // still dead-letters into is never deleted, or its next messages would be dropped. Asked
+    // only when something is left over: it walks every live queue.
+    let feeds = if left_overs.is_empty() { Vec::new() } else { dead_letter_targets(live, &unbound, index) };
     // Each queue's first feeder other than itself.
     let mut feeders: rustc_hash::FxHashMap<&QueueName, &QueueName> = rustc_hash::FxHashMap::default();
     for (from, to) in feeds.iter().filter(|(from, to)| from != to) {
