@@ -245,6 +245,17 @@ fn verbose_says_what_hopper_reads() {
     assert!(plain.stderr.is_empty());
     let said = text(&verbose.stderr);
     assert!(said.contains(&format!("hopper: spec: 1 topologies read from {spec}")), "{said}");
+
+    // A directory of many specs: the first five by name, then how many more.
+    let many = Scratch::new("verbose-many");
+    for i in 0..7 {
+        many.file(&format!("t{i}.toml"), &SPEC.replace("orders", &format!("orders{i}")));
+    }
+    let dir = many.0.to_str().unwrap().to_string();
+    let said = text(&hopper(None, &["-v", "compile", &dir]).stderr);
+    let line = said.lines().find(|l| l.starts_with("hopper: spec:")).unwrap_or_default();
+    assert!(line.starts_with("hopper: spec: 7 topologies read from "), "{said}");
+    assert!(line.contains("t4.toml, and 2 more file(s)") && !line.contains("t5.toml"), "{line}");
 }
 
 // ---------------------------------------------------------------------------------------------
