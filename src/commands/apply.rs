@@ -102,6 +102,7 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
         migrate: args.migrate,
         amqp_only: args.amqp_only,
         expect: None,
+        fingerprint: format == Format::Json || args.out.is_some() || output::verbosity() == Verbosity::Verbose,
     };
     let report = ops::apply::run(&endpoint, &by_vhost, &request, early)?;
     render(&report, &args, format)?;
@@ -147,6 +148,7 @@ fn run_saved(args: &Args, path: &std::path::Path, format: Format) -> Result<Exit
         migrate: saved.migrate,
         amqp_only: args.amqp_only,
         expect: Some(saved.expected()),
+        fingerprint: true,
     };
     let report = ops::apply::run(&endpoint, &by_vhost, &request, None)?;
     if !report.stale.is_empty() {

@@ -79,7 +79,7 @@ impl PlanFile {
                     vhost: v.vhost.clone(),
                     broker_version: v.broker_version.clone(),
                     read_from: v.read_from,
-                    fingerprint: v.fingerprint.clone(),
+                    fingerprint: v.fingerprint.clone().expect("apply --out asks for the fingerprint"),
                     changes: v.changes(),
                 })
                 .collect(),

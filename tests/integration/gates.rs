@@ -109,6 +109,9 @@ async fn a_saved_plan_is_applied_exactly(broker: Broker) {
     let planned = saved["vhosts"][0]["changes"].as_array().unwrap().clone();
     assert_eq!(planned, changes(&dry_run), "the file holds the changes the dry run showed");
     assert!(saved["vhosts"][0]["fingerprint"]["combined"].as_str().unwrap().starts_with("sha256:"));
+    // Without --out, JSON output still carries it (table output, without -v, does not make it).
+    let (_, shown) = vhost.json(&["apply", "--dry-run", spec.to_str().unwrap()]);
+    assert_eq!(shown["vhosts"][0]["fingerprint"], saved["vhosts"][0]["fingerprint"], "the same fingerprint, shown");
 
     // The file is edited after planning: the plan is what was reviewed, not the file.
     std::fs::write(&spec, format!("vhost = \"{}\"\n{V1}\n[topology.later]\ndelays = [\"1s\"]\n", vhost.name)).unwrap();
