@@ -42,16 +42,20 @@ pub enum HttpError {
 
 impl Api {
     pub fn new(endpoint: &Endpoint) -> Api {
-        let config = ureq::Agent::config_builder()
+        let mut config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(endpoint.timeout))
             // A redirect is reported, not followed: the API never redirects, a proxy or a web
             // page in front of it may.
             .max_redirects(0)
             .max_redirects_will_error(false)
-            .tls_config(endpoint.tls.http())
-            .user_agent(concat!("hopper/", env!("CARGO_PKG_VERSION")))
-            .build();
+            .user_agent(concat!("hopper/", env!("CARGO_PKG_VERSION")));
+        // Reading the system's roots costs a few milliseconds of every run; plain HTTP never
+        // needs them (redirects are not followed, so no answer leads to HTTPS).
+        if endpoint.management_over_tls() {
+            config = config.tls_config(endpoint.tls.http());
+        }
+        let config = config.build();
         let credentials = format!("{}:{}", endpoint.username, endpoint.password.expose());
         Api {
             agent: config.new_agent(),

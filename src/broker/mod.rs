@@ -85,6 +85,11 @@ impl Endpoint {
         })
     }
 
+    /// Whether any management URL is HTTPS (each was checked to start with http:// or https://).
+    pub fn management_over_tls(&self) -> bool {
+        self.management_urls.iter().any(|u| u.get(..8).is_some_and(|s| s.eq_ignore_ascii_case("https://")))
+    }
+
     pub fn from_settings(settings: Settings) -> Result<Self> {
         let mut nodes = settings
             .amqp_urls
@@ -230,8 +235,12 @@ mod tests {
         assert_eq!(e.username(), "u");
         let e = Endpoint::new("amqp://a:5681,amqp://a:5682", Some("http://a:15681/api, http://a:15682/api/")).unwrap();
         assert_eq!(e.management_urls, ["http://a:15681/api", "http://a:15682/api"]);
+        assert!(!e.management_over_tls());
         let e = Endpoint::new("amqps://h:5671", None).unwrap();
         assert_eq!(e.management_url, "https://h:15671/api");
+        assert!(e.management_over_tls());
+        let e = Endpoint::new("amqp://a:5681", Some("http://a:15681/api,HTTPS://b:15671/api")).unwrap();
+        assert!(e.management_over_tls());
     }
 
     #[test]
