@@ -2,6 +2,7 @@
 //! bindings, policies, operator policies). hopper's own small client over ureq (blocking calls
 //! on tokio's blocking pool): a handful of GETs do not need an HTTP stack of 150 crates.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -13,7 +14,7 @@ use serde_json::{Map, Value};
 use super::Endpoint;
 use super::identity::Identity;
 use crate::live::{Alarm, Live, LiveExchange, LiveQueue, Member, Node, Placement};
-use crate::model::{ArgValue, Arguments, Binding, Destination, arg};
+use crate::model::{ArgValue, Arguments, Binding, Destination, ExchangeName, arg};
 use crate::policy::AppliedPolicy;
 
 /// A client of one management API, signed in as the run's user.
@@ -469,6 +470,52 @@ impl<'de> Deserialize<'de> for ListedQueue {
     }
 }
 
+/// A vhost's exchanges, made into `Live`'s map on the thread that received the listing.
+struct ListedExchanges(BTreeMap<ExchangeName, LiveExchange>);
+
+impl<'de> Deserialize<'de> for ListedExchanges {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ListedExchanges, D::Error> {
+        let listed = Vec::<ExchangeInfo>::deserialize(d)?;
+        let exchanges = listed.into_iter().map(|e| {
+            let exchange = LiveExchange {
+                kind: e.kind.as_str().into(),
+                durable: e.durable,
+                auto_delete: e.auto_delete,
+                internal: e.internal,
+                arguments: arguments(&e.arguments),
+            };
+            (e.name.into(), exchange)
+        });
+        Ok(ListedExchanges(exchanges.collect()))
+    }
+}
+
+/// A vhost's bindings, made into `Live`'s set on the thread that received the listing.
+struct ListedBindings(BTreeSet<Binding>);
+
+impl<'de> Deserialize<'de> for ListedBindings {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ListedBindings, D::Error> {
+        let listed = Vec::<BindingInfo>::deserialize(d)?;
+        let bindings = listed
+            .into_iter()
+            // The default exchange's implicit bindings are not bindings anyone can change.
+            .filter(|b| !b.source.is_empty())
+            .map(|b| {
+                let destination = match b.destination_type.as_str() {
+                    "exchange" => Destination::Exchange(b.destination.into()),
+                    _ => Destination::Queue(b.destination.into()),
+                };
+                Binding {
+                    source: b.source.into(),
+                    destination,
+                    routing_key: b.routing_key,
+                    arguments: arguments(&b.arguments),
+                }
+            });
+        Ok(ListedBindings(bindings.collect()))
+    }
+}
+
 /// A node of the cluster, as `/api/nodes` lists it. A stopped node is listed with `running:
 /// false` and no alarm fields.
 #[derive(Debug, Deserialize)]
@@ -563,82 +610,62 @@ pub async fn read(endpoint: &Endpoint, vhost: &str, stats: Stats) -> Result<Live
         format!("/policies/{v}"),
         format!("/operator-policies/{v}"),
     ];
-    let (overview, exchanges, queues, bindings, policies, operator_policies, nodes) = tokio::join!(
+    // Each listing becomes its part of `Live` as soon as it is in, while the others are on
+    // their way: once the slowest has answered, little is left to do. Queues wait for the
+    // policies and nodes they are judged against; the bindings, slowest of all, go first.
+    let queues = async {
+        let (queues, policies, operator_policies, nodes) = tokio::join!(
+            api.get::<Vec<ListedQueue>>(&queues_path),
+            api.get::<Vec<PolicyInfo>>(&paths[2]),
+            api.get::<Vec<PolicyInfo>>(&paths[3]),
+            api.get::<Vec<NodeInfo>>("/nodes?columns=name,running,mem_alarm,disk_free_alarm"),
+        );
+        let queues = queues.map_err(listing)?;
+        let policies = applied(policies.map_err(listing)?);
+        let operator_policies = applied(operator_policies.map_err(listing)?);
+        // The cluster's view: which nodes run, and their alarms. A user with the `management`
+        // tag alone may not list nodes (it needs `monitoring`): then placement is not judged.
+        let nodes: Option<Vec<Node>> = match nodes {
+            Ok(nodes) => Some(nodes.into_iter().map(node).collect()),
+            Err(HttpError::Status { status: 401 | 403, .. }) => None,
+            Err(e) => return Err(err(e)),
+        };
+        let counted = stats == Stats::Counted;
+        // Each map is collected whole (sorted once, then built) rather than inserted into
+        // object by object: at 150,000 objects the inserts' searches were a third of building it.
+        let queues = queues
+            .into_iter()
+            .map(|ListedQueue(q)| {
+                let mut arguments = arguments(&q.arguments);
+                // Older brokers leave out `x-queue-type` for queues declared without it.
+                arguments.insert_if_absent(arg::QUEUE_TYPE, ArgValue::Str(q.kind.clone()));
+                let queue = LiveQueue {
+                    durable: q.durable,
+                    auto_delete: q.auto_delete,
+                    policy: matching(&policies, &q.name, &q.kind),
+                    operator_policy: matching(&operator_policies, &q.name, &q.kind),
+                    arguments: Some(arguments),
+                    refused: None,
+                    messages: counted.then_some(q.messages),
+                    unacked: counted.then_some(q.messages_unacknowledged),
+                    consumers: counted.then_some(q.consumers),
+                    placement: nodes.as_deref().and_then(|nodes| placement(&q, nodes)),
+                };
+                (q.name.into(), queue)
+            })
+            .collect();
+        Ok((queues, nodes))
+    };
+    let (bindings, queues, exchanges, overview) = tokio::join!(
+        api.get::<ListedBindings>(&paths[1]),
+        queues,
+        api.get::<ListedExchanges>(&paths[0]),
         api.overview(),
-        api.get::<Vec<ExchangeInfo>>(&paths[0]),
-        api.get::<Vec<ListedQueue>>(&queues_path),
-        api.get::<Vec<BindingInfo>>(&paths[1]),
-        api.get::<Vec<PolicyInfo>>(&paths[2]),
-        api.get::<Vec<PolicyInfo>>(&paths[3]),
-        api.get::<Vec<NodeInfo>>("/nodes?columns=name,running,mem_alarm,disk_free_alarm"),
     );
     let overview = overview.map_err(err)?;
-    let (exchanges, bindings) = (exchanges.map_err(listing)?, bindings.map_err(listing)?);
-    let queues = queues.map_err(listing)?;
-    let policies = applied(policies.map_err(listing)?);
-    let operator_policies = applied(operator_policies.map_err(listing)?);
-    let counted = stats == Stats::Counted;
-    // The cluster's view: which nodes run, and their alarms. A user with the `management` tag
-    // alone may not list nodes (it needs `monitoring`): then placement is not judged.
-    let nodes: Option<Vec<Node>> = match nodes {
-        Ok(nodes) => Some(nodes.into_iter().map(node).collect()),
-        Err(HttpError::Status { status: 401 | 403, .. }) => None,
-        Err(e) => return Err(err(e)),
-    };
-
-    // Each map is collected whole (sorted once, then built) rather than inserted into object by
-    // object: at 150,000 objects the inserts' searches were a third of building it.
-    let exchanges = exchanges
-        .into_iter()
-        .map(|e| {
-            let exchange = LiveExchange {
-                kind: e.kind.as_str().into(),
-                durable: e.durable,
-                auto_delete: e.auto_delete,
-                internal: e.internal,
-                arguments: arguments(&e.arguments),
-            };
-            (e.name.into(), exchange)
-        })
-        .collect();
-    let queues = queues
-        .into_iter()
-        .map(|ListedQueue(q)| {
-            let mut arguments = arguments(&q.arguments);
-            // Older brokers leave out `x-queue-type` for queues declared without it.
-            arguments.insert_if_absent(arg::QUEUE_TYPE, ArgValue::Str(q.kind.clone()));
-            let queue = LiveQueue {
-                durable: q.durable,
-                auto_delete: q.auto_delete,
-                policy: matching(&policies, &q.name, &q.kind),
-                operator_policy: matching(&operator_policies, &q.name, &q.kind),
-                arguments: Some(arguments),
-                refused: None,
-                messages: counted.then_some(q.messages),
-                unacked: counted.then_some(q.messages_unacknowledged),
-                consumers: counted.then_some(q.consumers),
-                placement: nodes.as_deref().and_then(|nodes| placement(&q, nodes)),
-            };
-            (q.name.into(), queue)
-        })
-        .collect();
-    let bindings = bindings
-        .into_iter()
-        // The default exchange's implicit bindings are not bindings anyone can change.
-        .filter(|b| !b.source.is_empty())
-        .map(|b| {
-            let destination = match b.destination_type.as_str() {
-                "exchange" => Destination::Exchange(b.destination.into()),
-                _ => Destination::Queue(b.destination.into()),
-            };
-            Binding {
-                source: b.source.into(),
-                destination,
-                routing_key: b.routing_key,
-                arguments: arguments(&b.arguments),
-            }
-        })
-        .collect();
+    let (ListedExchanges(exchanges), ListedBindings(bindings)) =
+        (exchanges.map_err(listing)?, bindings.map_err(listing)?);
+    let (queues, nodes) = queues?;
     let live = Live { exchanges, queues, bindings: Some(bindings), version: Some(overview.rabbitmq_version), nodes };
     Ok(live)
 }
