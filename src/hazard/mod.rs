@@ -8,7 +8,7 @@ use serde::Serialize;
 
 pub use rules::{Rule, Severity};
 
-use crate::live::Placement;
+use crate::live::{Node, Placement};
 use crate::model::{ArgValue, ExchangeName, QueueName, RoleKind};
 use crate::network::{DeadLetter, End, Network, Reason};
 use crate::policy::{Effective, Setting, Source};
@@ -121,14 +121,23 @@ pub fn check(n: &Network) -> Vec<Finding> {
 /// The cluster's hazards alone: queues whose nodes are down and nodes whose alarms block
 /// publishers. Nothing on a spec or a live vhost whose nodes could not be read.
 pub fn cluster(n: &Network) -> Vec<Finding> {
+    placements(n.queues.iter().map(|(name, q)| (name, q.placement.as_ref())), &n.nodes)
+}
+
+/// The same, from each queue's placement alone: `diff` judges a live vhost without building
+/// its whole network (6 to 8 ms after the last answer, at 2,000 topologies).
+pub fn placements<'a>(
+    queues: impl IntoIterator<Item = (&'a QueueName, Option<&'a Placement>)>,
+    nodes: &[Node],
+) -> Vec<Finding> {
     let mut out = Vec::new();
-    for name in n.queue_names() {
-        let q = &n.queues[name];
-        out.extend(quorum_members_offline(name, q));
-        out.extend(quorum_below_majority(name, q));
-        out.extend(classic_queue_unavailable(name, q));
+    for (name, placement) in queues {
+        let Some(placement) = placement else { continue };
+        out.extend(quorum_members_offline(name, placement));
+        out.extend(quorum_below_majority(name, placement));
+        out.extend(classic_queue_unavailable(name, placement));
     }
-    out.extend(publishers_blocked(n));
+    out.extend(publishers_blocked(nodes));
     sort(&mut out);
     out
 }
@@ -156,8 +165,7 @@ fn members(placement: &Placement) -> (Vec<String>, String) {
 }
 
 /// quorum-members-offline: a member on a node that does not run, a majority still online.
-fn quorum_members_offline(name: &QueueName, q: &crate::network::Queue) -> Option<Finding> {
-    let placement = q.placement.as_ref()?;
+fn quorum_members_offline(name: &QueueName, placement: &Placement) -> Option<Finding> {
     let (online, total) = placement.quorum_counts()?;
     if online == total || online <= total / 2 {
         return None;
@@ -176,8 +184,7 @@ fn quorum_members_offline(name: &QueueName, q: &crate::network::Queue) -> Option
 }
 
 /// quorum-below-majority: fewer than a majority of members online.
-fn quorum_below_majority(name: &QueueName, q: &crate::network::Queue) -> Option<Finding> {
-    let placement = q.placement.as_ref()?;
+fn quorum_below_majority(name: &QueueName, placement: &Placement) -> Option<Finding> {
     let (online, total) = placement.quorum_counts()?;
     if online > total / 2 {
         return None;
@@ -197,8 +204,8 @@ fn quorum_below_majority(name: &QueueName, q: &crate::network::Queue) -> Option<
 }
 
 /// classic-queue-unavailable: a classic queue whose node is down.
-fn classic_queue_unavailable(name: &QueueName, q: &crate::network::Queue) -> Option<Finding> {
-    let Some(Placement::Classic { node, available: false }) = &q.placement else { return None };
+fn classic_queue_unavailable(name: &QueueName, placement: &Placement) -> Option<Finding> {
+    let Placement::Classic { node, available: false } = placement else { return None };
     let mut f = Finding::on(
         Rule::ClassicQueueUnavailable,
         name,
@@ -209,8 +216,8 @@ fn classic_queue_unavailable(name: &QueueName, q: &crate::network::Queue) -> Opt
 }
 
 /// publishers-blocked: a node with a memory or disk alarm.
-fn publishers_blocked(n: &Network) -> Vec<Finding> {
-    n.nodes
+fn publishers_blocked(nodes: &[Node]) -> Vec<Finding> {
+    nodes
         .iter()
         .filter(|node| !node.alarms.is_empty())
         .map(|node| {

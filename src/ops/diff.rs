@@ -9,7 +9,6 @@ use crate::broker::{Endpoint, identity};
 use crate::compile::CompiledTopology;
 use crate::hazard::{self, Finding};
 use crate::model::{ArgValue, Binding, ExchangeName, Object, QueueName};
-use crate::network::Network;
 use crate::plan::{self, Difference, Options, Plan, Step, WayOut};
 use crate::policy::{Setting, Source};
 
@@ -50,11 +49,11 @@ pub enum Subject {
 }
 
 impl Subject {
-    fn of(object: &Object) -> Subject {
+    fn of(object: Object) -> Subject {
         match object {
-            Object::Exchange(e) => Subject::Exchange { name: e.name.clone() },
-            Object::Queue(q) => Subject::Queue { name: q.name.clone() },
-            Object::Binding(b) => Subject::Binding(b.clone()),
+            Object::Exchange(e) => Subject::Exchange { name: e.name },
+            Object::Queue(q) => Subject::Queue { name: q.name },
+            Object::Binding(b) => Subject::Binding(b),
         }
     }
 
@@ -198,7 +197,8 @@ pub fn run(
             if let Some(session) = session {
                 session.close().await;
             }
-            let hazards: Vec<Finding> = hazard::cluster(&Network::from_live(&live))
+            let placements = live.queues.iter().map(|(name, q)| (name, q.placement.as_ref()));
+            let hazards: Vec<Finding> = hazard::placements(placements, live.nodes.as_deref().unwrap_or_default())
                 .into_iter()
                 .filter(|f| f.queues.is_empty() || f.queues.iter().any(|q| desired.queues().contains(q)))
                 .collect();
@@ -208,33 +208,33 @@ pub fn run(
         anyhow::Ok(plans)
     })?;
     let (plans, hazards): (Vec<Plan>, Vec<Vec<Finding>>) = plans.into_iter().unzip();
-    let mut report = report(&plans);
+    let mut report = report(plans);
     for (v, h) in report.vhosts.iter_mut().zip(hazards) {
         v.hazards = h;
     }
-    crate::drop_aside(plans);
     Ok(report)
 }
 
-/// The plan, read as a description of the differences. Pure.
-pub fn report(plans: &[Plan]) -> Report {
+/// The plan, read as a description of the differences. Pure. The plans are taken, not copied:
+/// at 2,000 topologies, copying every object's names cost 5 ms after the last answer.
+pub fn report(plans: Vec<Plan>) -> Report {
     let mut summary = BTreeMap::new();
     let vhosts: Vec<VhostDiff> = plans
-        .iter()
+        .into_iter()
         .map(|p| {
-            let mut objects: Vec<Entry> = p.steps.iter().filter_map(entry).collect();
-            objects.extend(p.overrides.iter().map(|o| Entry {
+            let mut objects: Vec<Entry> = p.steps.into_iter().filter_map(entry).collect();
+            objects.extend(p.overrides.into_iter().map(|o| Entry {
                 setting: Some(o.setting),
-                spec: o.spec.clone(),
-                effective: Some(o.effective.clone()),
+                spec: o.spec,
+                effective: Some(o.effective),
                 set_by: Some(o.source),
-                policy: Some(o.policy.clone()),
-                ..Entry::new(Status::Overridden, Subject::Queue { name: o.queue.clone() })
+                policy: Some(o.policy),
+                ..Entry::new(Status::Overridden, Subject::Queue { name: o.queue })
             }));
             for e in &objects {
                 *summary.entry(e.status).or_insert(0) += 1;
             }
-            VhostDiff { vhost: p.vhost.clone(), objects, hazards: Vec::new() }
+            VhostDiff { vhost: p.vhost, objects, hazards: Vec::new() }
         })
         .collect();
     let in_sync = summary.keys().all(|s| *s == Status::InSync);
@@ -261,26 +261,19 @@ impl Entry {
     }
 }
 
-fn entry(step: &Step) -> Option<Entry> {
+fn entry(step: Step) -> Option<Entry> {
     Some(match step {
-        Step::InSync { object, note } => {
-            Entry { note: note.clone(), ..Entry::new(Status::InSync, Subject::of(object)) }
-        }
+        Step::InSync { object, note } => Entry { note, ..Entry::new(Status::InSync, Subject::of(object)) },
         Step::Migrate { .. } | Step::MoveMessages { .. } => unreachable!("diff plans no migration"),
         // `Ensure` only arises without the management API, which diff refuses to work without.
         Step::Create { object } | Step::Ensure { object } => Entry::new(Status::Missing, Subject::of(object)),
-        Step::Conflict { object, differences, ways_out } => Entry {
-            differences: differences.clone(),
-            ways_out: ways_out.clone(),
-            ..Entry::new(Status::Conflict, Subject::of(object))
-        },
-        Step::Unbind { binding } => Entry::new(Status::Extra, Subject::Binding(binding.clone())),
-        Step::Extra { queue, messages, consumers, drains_into, .. } => Entry {
-            messages: *messages,
-            consumers: *consumers,
-            drains_into: drains_into.clone(),
-            ..Entry::new(Status::Extra, Subject::Queue { name: queue.clone() })
-        },
+        Step::Conflict { object, differences, ways_out } => {
+            Entry { differences, ways_out, ..Entry::new(Status::Conflict, Subject::of(object)) }
+        }
+        Step::Unbind { binding } => Entry::new(Status::Extra, Subject::Binding(binding)),
+        Step::Extra { queue, messages, consumers, drains_into, .. } => {
+            Entry { messages, consumers, drains_into, ..Entry::new(Status::Extra, Subject::Queue { name: queue }) }
+        }
         Step::Delete { .. } => return None,
     })
 }
