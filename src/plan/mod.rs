@@ -362,12 +362,25 @@ impl<'t> Desired<'t> {
 
     pub fn plan(&self, vhost: &str, live: &Live, options: &Options) -> Plan {
         let index = Index::new(&self.owners, live);
-        let mut steps: Vec<Step> = self.objects.iter().map(|o| step(o, live, vhost, &index, options)).collect();
+        // Each object's step depends on the object and the broker alone: they are judged on two
+        // threads, the left-overs on a third, once the broker has answered and left the CPUs
+        // free. At 2,000 topologies it was a third of the time between the last answer and the exit.
+        let steps_of = |objects: &[&Object]| -> Vec<Step> {
+            objects.iter().map(|o| step(o, live, vhost, &index, options)).collect()
+        };
+        let (mut steps, leftovers) = std::thread::scope(|s| {
+            let (first, second) = self.objects.split_at(self.objects.len() / 2);
+            let leftovers = s.spawn(|| leftover::steps(self, live, options, &index));
+            let second = s.spawn(move || steps_of(second));
+            let mut steps = steps_of(first);
+            steps.extend(second.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+            (steps, leftovers.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+        });
         if live.bindings.is_none() {
             refuse_blind_moves(&index, live, &mut steps);
         }
         check_migrations(live, &index, options, &mut steps);
-        steps.extend(leftover::steps(self, live, options, &index));
+        steps.extend(leftovers);
         let overrides = self
             .objects
             .iter()
