@@ -43,20 +43,23 @@ pub enum HttpError {
 
 impl Api {
     pub fn new(endpoint: &Endpoint) -> Api {
-        let mut config = ureq::Agent::config_builder()
+        // Reading the system's trusted roots costs a few milliseconds of every run: only when a
+        // management URL is HTTPS, or the proxy ureq takes from the environment (HTTPS_PROXY,
+        // ALL_PROXY) is. Redirects are not followed, so no answer leads from HTTP to HTTPS.
+        let proxy = ureq::Proxy::try_from_env();
+        let over_tls = endpoint.management_over_tls()
+            || proxy.as_ref().is_some_and(|p| p.protocol() == ureq::ProxyProtocol::Https);
+        let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(endpoint.timeout))
             // A redirect is reported, not followed: the API never redirects, a proxy or a web
             // page in front of it may.
             .max_redirects(0)
             .max_redirects_will_error(false)
-            .user_agent(concat!("hopper/", env!("CARGO_PKG_VERSION")));
-        // Reading the system's roots costs a few milliseconds of every run; plain HTTP never
-        // needs them (redirects are not followed, so no answer leads to HTTPS).
-        if endpoint.management_over_tls() {
-            config = config.tls_config(endpoint.tls.http());
-        }
-        let config = config.build();
+            .user_agent(concat!("hopper/", env!("CARGO_PKG_VERSION")))
+            .proxy(proxy)
+            .tls_config(endpoint.tls.http(over_tls))
+            .build();
         let credentials = format!("{}:{}", endpoint.username, endpoint.password.expose());
         Api {
             agent: config.new_agent(),
@@ -611,8 +614,10 @@ pub async fn read(endpoint: &Endpoint, vhost: &str, stats: Stats) -> Result<Live
         format!("/operator-policies/{v}"),
     ];
     // Each listing becomes its part of `Live` as soon as it is in, while the others are on
-    // their way: once the slowest has answered, little is left to do. Queues wait for the
-    // policies and nodes they are judged against; the bindings, slowest of all, go first.
+    // their way: once the slowest has answered, little is left to do. Exchanges and bindings
+    // are made on the threads that received them; queues, which wait for the policies and
+    // nodes they are judged against, on this task's thread. The bindings, slowest of all, go
+    // first.
     let queues = async {
         let (queues, policies, operator_policies, nodes) = tokio::join!(
             api.get::<Vec<ListedQueue>>(&queues_path),

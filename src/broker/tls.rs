@@ -85,10 +85,13 @@ impl Tls {
         }
     }
 
-    /// For the management client: the same roots and identity, the same provider.
-    pub fn http(&self) -> ureq::tls::TlsConfig {
+    /// For the management client: the same roots and identity, the same provider. The system's
+    /// roots only `with_system_roots`: without them, a TLS handshake no URL asked for fails as
+    /// an unknown issuer, never as a missing provider's panic.
+    pub fn http(&self, with_system_roots: bool) -> ureq::tls::TlsConfig {
+        let system = if with_system_roots { system_roots() } else { &[] };
         let mut roots: Vec<ureq::tls::Certificate<'static>> =
-            system_roots().iter().map(|c| ureq::tls::Certificate::from_der(c.as_ref()).to_owned()).collect();
+            system.iter().map(|c| ureq::tls::Certificate::from_der(c.as_ref()).to_owned()).collect();
         if let Some((_, text)) = &self.ca {
             roots.extend(certificates(text.as_bytes()).iter().map(|c| ureq::tls::Certificate::from_der(c).to_owned()));
         }

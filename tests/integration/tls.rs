@@ -181,6 +181,32 @@ async fn an_unknown_issuer_is_named() {
     );
 }
 
+/// A plain-HTTP management URL reached through an HTTPS proxy (ureq takes `HTTPS_PROXY` from
+/// the environment): the proxy's certificate is checked as any other, and a failure is named,
+/// not a panic. The TLS node's HTTPS listener stands in for the proxy; its CA is not given.
+#[tokio::test]
+async fn an_https_proxy_is_verified_too() {
+    let dir = std::env::temp_dir().join(support::unique("hopper-test-tls-proxy"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let spec_file = dir.join("orders.toml");
+    std::fs::write(&spec_file, "[topology.orders]\ndelays = [\"1s\"]\n").unwrap();
+    let out = hopper_env(
+        &[
+            "diff",
+            "--amqp-url",
+            "amqp://guest:guest@127.0.0.1:5672",
+            "--management-url",
+            "http://127.0.0.1:15672/api",
+            spec_file.to_str().unwrap(),
+        ],
+        &[("HTTPS_PROXY", &https("localhost", TLS)), ("NO_PROXY", ""), ("no_proxy", "")],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("TLS: the server's certificate is signed by an unknown issuer"), "{stderr}");
+}
+
 /// The certificate names `localhost`; `127.0.0.1` is another name.
 #[tokio::test]
 async fn a_hostname_mismatch_is_named() {
