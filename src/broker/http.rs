@@ -28,6 +28,8 @@ pub struct Api {
     current: Arc<AtomicUsize>,
     authorization: String,
     user: String,
+    /// The proxy ureq takes from the environment, named in messages about reaching the API.
+    proxy: Option<ureq::Proxy>,
 }
 
 /// Why a request failed, kept apart so that each cause gets its own sentence.
@@ -57,7 +59,7 @@ impl Api {
             .max_redirects(0)
             .max_redirects_will_error(false)
             .user_agent(concat!("hopper/", env!("CARGO_PKG_VERSION")))
-            .proxy(proxy)
+            .proxy(proxy.clone())
             .tls_config(endpoint.tls.http(over_tls))
             .build();
         let credentials = format!("{}:{}", endpoint.username, endpoint.password.expose());
@@ -67,7 +69,20 @@ impl Api {
             current: Arc::new(AtomicUsize::new(0)),
             authorization: format!("Basic {}", base64(credentials.as_bytes())),
             user: endpoint.username.clone(),
+            proxy,
         }
+    }
+
+    /// `, through the proxy URL (from the environment)` when the URL in use goes through one:
+    /// a TLS or connection failure may be the proxy's. Never the proxy's credentials.
+    fn through(&self) -> String {
+        let Some(proxy) = &self.proxy else { return String::new() };
+        let bypassed = self.url().parse::<ureq::http::Uri>().is_ok_and(|uri| proxy.is_no_proxy(&uri));
+        if bypassed {
+            return String::new();
+        }
+        let scheme = proxy.uri().scheme_str().unwrap_or("http");
+        format!(", through the proxy {scheme}://{}:{} (from the environment)", proxy.host(), proxy.port())
     }
 
     /// The base URL in use (the last that answered), safe to print (it never holds credentials).
@@ -227,8 +242,9 @@ fn why(api: &Api, e: &HttpError) -> ApiError {
     let url = api.url();
     let (cause, message) = match e {
         HttpError::Transport(t) => {
+            let through = api.through();
             if let Some(tls) = super::tls::explain(t) {
-                return ApiError { message: format!("the management API at {url}: {tls}"), cause: Cause::Tls };
+                return ApiError { message: format!("the management API at {url}{through}: {tls}"), cause: Cause::Tls };
             }
             let cause = match t {
                 ureq::Error::Timeout(_) => "no answer within the timeout (--timeout)".to_string(),
@@ -248,7 +264,7 @@ fn why(api: &Api, e: &HttpError) -> ApiError {
             } else {
                 format!("; nor did any other management URL answer ({})", others.join(", "))
             };
-            (Cause::NotThere, format!("cannot reach the management API at {url}: {cause}{others}"))
+            (Cause::NotThere, format!("cannot reach the management API at {url}{through}: {cause}{others}"))
         }
         HttpError::Status { status: 401, reason, .. } => match reason.as_deref() {
             Some(r) if r.to_ascii_lowercase().contains("not management user") => (
