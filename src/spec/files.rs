@@ -52,7 +52,10 @@ fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, LoadError> {
                     continue;
                 }
                 let file = entry.path();
-                match kind_of(&file)? {
+                // The directory's own record says which entries are plain files, without a
+                // `stat` each (10,000 specs are 10,000 calls); links are followed.
+                let plain = entry.file_type().is_ok_and(|t| t.is_file());
+                match if plain { Kind::File } else { kind_of(&file)? } {
                     Kind::File => found.push(file),
                     other => return Err(not_a_file(&file, other)),
                 }
@@ -116,9 +119,13 @@ fn read_one(path: &Path) -> Result<String, LoadError> {
     read_limited(file, &path.display().to_string())
 }
 
+/// Room for a typical spec file in one read: `take` hides the file's size from `read_to_end`,
+/// which would otherwise start at 32 bytes and double, a read call each time.
+const FIRST_READ: usize = 16 << 10;
+
 /// At most MAX_SPEC_BYTES of UTF-8 text; `name` says where from, in errors.
 fn read_limited(source: impl Read, name: &str) -> Result<String, LoadError> {
-    let mut bytes = Vec::new();
+    let mut bytes = Vec::with_capacity(FIRST_READ);
     source
         .take(MAX_SPEC_BYTES + 1)
         .read_to_end(&mut bytes)
@@ -129,6 +136,8 @@ fn read_limited(source: impl Read, name: &str) -> Result<String, LoadError> {
             MAX_SPEC_BYTES >> 20
         )));
     }
+    // Kept for the whole run: 10,000 files of 300 bytes should not hold 160 MB.
+    bytes.shrink_to_fit();
     String::from_utf8(bytes).map_err(|e| {
         LoadError::Io(format!(
             "{name} is not UTF-8 text (invalid byte at offset {}); TOML files are UTF-8",
