@@ -108,6 +108,54 @@ pub struct Options {
     pub verbose: bool,
     /// `--move`: each message's body, in bytes.
     pub move_bytes: usize,
+    /// Before each size's reads, wait (at most this long) until the machine is quiet: see
+    /// `Quiet`. `None` (the test suite, which runs beside other tests) does not wait.
+    pub settle: Option<Duration>,
+}
+
+/// The machine's CPUs, idle enough to measure on. hopper and the broker share this machine's
+/// cores, so anything else busy (the broker of the previous size, or another broker still
+/// freeing 50,000 deleted queues) takes CPU from hopper's process but hardly from the
+/// listing's warm threads: with one core kept busy by `yes`, the same 500-topology diff went
+/// from 1.04× to 1.51× the listing. Each size's reads begin once the whole machine has been
+/// at most `Quiet::BUSY` busy for two seconds in a row.
+struct Quiet;
+
+impl Quiet {
+    /// The share of all CPUs' time that counts as quiet: idle brokers take 1 to 3%.
+    const BUSY: f64 = 0.10;
+
+    /// (busy, total) jiffies of all CPUs since boot, from `/proc/stat`.
+    fn jiffies() -> Option<(u64, u64)> {
+        let stat = fs::read_to_string("/proc/stat").ok()?;
+        let fields: Vec<u64> = stat.lines().next()?.split_whitespace().skip(1).filter_map(|f| f.parse().ok()).collect();
+        // user nice system idle iowait irq softirq steal
+        let total: u64 = fields.iter().take(8).sum();
+        let idle = fields.get(3)? + fields.get(4)?;
+        Some((total - idle, total))
+    }
+
+    /// Waits until two one-second windows in a row are quiet, or `limit` has passed; returns
+    /// the busy share of the last window (`None` where `/proc/stat` cannot be read).
+    fn wait(limit: Duration, say: impl Fn(String)) -> Option<f64> {
+        let start = Instant::now();
+        let (mut quiet_windows, mut said) = (0, false);
+        let mut last = Self::jiffies()?;
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+            let now = Self::jiffies()?;
+            let busy = (now.0 - last.0) as f64 / (now.1 - last.1).max(1) as f64;
+            last = now;
+            quiet_windows = if busy <= Self::BUSY { quiet_windows + 1 } else { 0 };
+            if quiet_windows == 2 || start.elapsed() >= limit {
+                return Some(busy);
+            }
+            if !said {
+                say(format!("waiting for the machine to be quiet ({:.0}% busy)", busy * 100.0));
+                said = true;
+            }
+        }
+    }
 }
 
 /// One measured command: wall seconds and, for hopper's own, peak memory in MB.
@@ -167,6 +215,8 @@ pub struct SizeResult {
     pub notes: Vec<String>,
     /// Why the broker refused `POST /api/definitions` (a body over its limit), when it did.
     pub http_refused: Option<String>,
+    /// The machine's busy share just before the reads, when the run waited for quiet.
+    pub busy_before_reads: Option<f64>,
 }
 
 impl SizeResult {
@@ -729,6 +779,16 @@ impl Run<'_> {
         self.say("settling: a listing and a no-op apply, not measured");
         self.http.listing(&applied)?;
         self.hopper_step(&["apply", "--vhost", &applied, specs_arg], &[0], Some("No changes"))?;
+        if let Some(limit) = options.settle {
+            result.busy_before_reads = Quiet::wait(limit, |s| self.say(s));
+            if let Some(busy) = result.busy_before_reads.filter(|b| *b > Quiet::BUSY) {
+                result.notes.push(format!(
+                    "the machine was still {:.0}% busy when the reads began (after {} s): they may be slow",
+                    busy * 100.0,
+                    limit.as_secs()
+                ));
+            }
+        }
 
         // The reads, interleaved so that the broker's state drifts alike for each, and rotated
         // each round so that no read always follows the same other read.
@@ -1234,6 +1294,16 @@ pub fn markdown(report: &Report, commit: &str, date: &str) -> String {
         "\nMedian wall time of {} runs ({} for first apply and each import, each into a fresh vhost); {}.",
         report.repeats, report.fresh, report.machine
     );
+    let busy: Vec<String> =
+        sizes.iter().filter_map(|s| s.busy_before_reads).map(|b| format!("{:.0}%", b * 100.0)).collect();
+    if !busy.is_empty() {
+        let _ = writeln!(
+            out,
+            "Each size's reads began once the machine was quiet (at most {:.0}% busy for two seconds; it was {} busy).",
+            Quiet::BUSY * 100.0,
+            busy.join(", ")
+        );
+    }
     if let Some(failure) = &report.failure {
         let _ = writeln!(out, "- {failure}");
     }
@@ -1362,7 +1432,7 @@ pub fn offline_table(hopper: &Path, n: usize) -> Result<String> {
 const USAGE: &str = "\
 usage: scripts/bench [--broker 3.10|4.0|4.3]... [--sizes 500,2000,10000] [--repeats 3]
                      [--fresh-repeats 1] [--queue-type classic|quorum] [--force]
-                     [--write README.md] [--bin PATH]
+                     [--settle 300] [--write README.md] [--bin PATH]
        scripts/bench --move N [--move-bytes 512] [--broker ...]... [--repeats 3]
                      [--queue-type classic|quorum] [--write README.md] [--bin PATH]
        scripts/bench --offline N
@@ -1372,6 +1442,8 @@ Every broker of the matrix (or those given), at each size: hopper against the br
 and the cheapest complete listing. The Markdown goes to stdout, progress to stderr; --write
 replaces each broker's table between its markers (<!-- bench:3.10:begin --> ... end -->).
 Interrupted (Ctrl-C), it leaves its vhosts (hb<pid>-...) on the broker.
+--settle S: before each size's reads, wait up to S seconds for the machine to be quiet (at most
+10% busy for two seconds); 0 does not wait.
 --bin: the hopper binary (default: target/release/hopper beside this program).
 --move N: messages moved a second instead: N persistent messages of --move-bytes bytes in a
 topology's dead-letter queue, moved to its main queue by `hopper redrive`, back by the
@@ -1406,6 +1478,7 @@ fn cli() -> Result<()> {
         force: false,
         verbose: true,
         move_bytes: 512,
+        settle: Some(Duration::from_secs(300)),
     };
     let mut write = None;
     let mut offline = None;
@@ -1429,6 +1502,10 @@ fn cli() -> Result<()> {
             // Scenarios beyond the curve are parsed here.
             "--move" => moves = Some(value()?.replace('_', "").parse::<usize>()?),
             "--move-bytes" => options.move_bytes = value()?.replace('_', "").parse()?,
+            "--settle" => {
+                let secs: u64 = value()?.parse()?;
+                options.settle = (secs > 0).then(|| Duration::from_secs(secs));
+            }
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return Ok(());

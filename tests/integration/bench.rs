@@ -17,6 +17,7 @@ fn options() -> bench::Options {
         force: false,
         verbose: false,
         move_bytes: 512,
+        settle: Some(std::time::Duration::from_secs(1)),
     }
 }
 
@@ -61,6 +62,11 @@ async fn small_run(broker: Broker) {
     assert!(table.starts_with(&format!("**RabbitMQ {}**", report.version)), "{table}");
     assert!(table.contains("| step | 3 topologies (45 objects) |"), "{table}");
     assert!(!table.contains("—"), "a step without a figure:\n{table}");
+    // The reads waited for a quiet machine (here at most a second: other tests run beside), and
+    // the table says how busy it was.
+    let busy = size.busy_before_reads.expect("the machine's load, read from /proc/stat");
+    assert!((0.0..=1.0).contains(&busy), "{busy}");
+    assert!(table.contains("Each size's reads began once the machine was quiet"), "{table}");
 
     // The README holds this broker's table between its markers, in the program's own words:
     // every row label the program writes is there, and re-running replaces only that block.
