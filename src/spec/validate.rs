@@ -1,7 +1,7 @@
 //! From drafts to topologies: defaults filled in, values checked for meaning, names checked
 //! against RabbitMQ's limits and against each other.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use super::parse::{Draft, Loc};
@@ -772,17 +772,19 @@ fn check_within(p: &Placed, diags: &mut Vec<Diagnostic>) {
 /// Two topologies in one vhost must not declare the same queue, and an exchange may be shared
 /// only as a main exchange of the same type. One diagnostic per pair of topologies.
 fn check_collisions(placed: &[Placed], diags: &mut Vec<Diagnostic>) {
-    let mut queues: BTreeMap<(&str, QueueName), usize> = BTreeMap::new();
-    let mut exchanges: BTreeMap<(&str, crate::model::ExchangeName), (usize, &'static str)> = BTreeMap::new();
+    // Looked up, never walked, so hashed: with every vhost the same, ordered keys compared the
+    // vhost's name again at each step, 7% of a 500-topology diff's instructions (callgrind).
+    let mut queues: HashMap<(&str, &QueueName), usize> = HashMap::new();
+    let mut exchanges: HashMap<(&str, &crate::model::ExchangeName), (usize, &'static str)> = HashMap::new();
     let mut reported = std::collections::BTreeSet::new();
     for (i, p) in placed.iter().enumerate() {
         let t = &p.topology;
         // Every queue this topology shares with an earlier one, reported once per pair.
         let mut shared: BTreeMap<usize, (Vec<String>, &Loc<String>, String)> = BTreeMap::new();
-        for (q, role) in p.roles.iter().cloned() {
-            match queues.get(&(t.vhost.as_str(), q.clone())) {
+        for (q, role) in &p.roles {
+            match queues.get(&(t.vhost.as_str(), q)) {
                 Some(&other) if other != i => {
-                    let here = if role == Role::DeadLetter { &p.dead_letter_queue } else { &p.queue };
+                    let here = if *role == Role::DeadLetter { &p.dead_letter_queue } else { &p.queue };
                     shared.entry(other).or_insert_with(|| (Vec::new(), here, role.describe())).0.push(format!("`{q}`"));
                 }
                 Some(_) => {}
@@ -810,7 +812,7 @@ fn check_collisions(placed: &[Placed], diags: &mut Vec<Diagnostic>) {
             mine.push((&t.retry_exchange, "retry"));
         }
         for (name, role) in mine {
-            let key = (t.vhost.as_str(), name.clone());
+            let key = (t.vhost.as_str(), name);
             let Some(&(other, other_role)) = exchanges.get(&key) else {
                 exchanges.insert(key, (i, role));
                 continue;
