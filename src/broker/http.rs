@@ -176,9 +176,13 @@ impl Api {
                 .get("content-type")
                 .and_then(|v| v.to_str().ok())
                 .is_some_and(|v| v.starts_with("text/html"));
-            // A listing of a large vhost runs to megabytes: no limit but the timeout.
-            let text =
-                response.body_mut().with_config().limit(u64::MAX).read_to_string().map_err(HttpError::Transport)?;
+            // A listing of a large vhost runs to megabytes: no limit but the timeout. Sized
+            // from the announced length, so that it is not copied into a buffer twice as large
+            // at each doubling (a hint only, capped: the length is the server's word).
+            let announced = response.body().content_length().unwrap_or(0).min(BODY_HINT_CAP) as usize;
+            let mut text = String::with_capacity(announced);
+            std::io::Read::read_to_string(&mut response.body_mut().with_config().limit(u64::MAX).reader(), &mut text)
+                .map_err(|e| HttpError::Transport(ureq::Error::from(e)))?;
             if (200..300).contains(&status) {
                 return decode(&path, &text);
             }
@@ -402,6 +406,9 @@ pub struct QueueInfo {
     #[serde(default)]
     pub online: Option<Vec<String>>,
 }
+
+/// The most room made for a body before it arrives: a listing of 50,000 queues is about 60 MB.
+const BODY_HINT_CAP: u64 = 256 << 20;
 
 /// The fields of a queue's listing that `QueueInfo` reads, also as the `columns` asked for.
 const QUEUE_FIELDS: &[&str] = &[
