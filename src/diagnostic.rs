@@ -14,36 +14,33 @@ pub type FileId = usize;
 /// Every spec file read in one run, kept so that errors can quote them.
 #[derive(Default)]
 pub struct Sources {
-    /// As quoted in diagnostics: every character that could rewrite a terminal replaced by as
-    /// many `?` as it has bytes, so spans still fall where they should.
-    files: SimpleFiles<String, String>,
     /// As read, for parsing.
     texts: Vec<String>,
     paths: Vec<PathBuf>,
+    /// As quoted in diagnostics, made only when there is one to show (most runs have none:
+    /// a copy and a line index of every file was 3% of a 500-topology diff).
+    files: std::sync::OnceLock<SimpleFiles<String, String>>,
 }
 
 impl Sources {
     pub fn add(&mut self, path: PathBuf, text: String) -> FileId {
-        self.paths.push(path.clone());
-        // Shown with each unsafe character replaced by as many `?` as its bytes, so that spans
-        // still point at the same places. Built one character at a time only when needed: a
-        // string for every character was most of reading 10,000 spec files.
-        let keep = |c: char| matches!(c, '\n' | '\r' | '\t') || !crate::model::is_unsafe_char(c);
-        let shown: String = if text.chars().all(keep) {
-            text.clone()
-        } else {
-            let mut shown = String::with_capacity(text.len());
-            for c in text.chars() {
-                if keep(c) {
-                    shown.push(c);
-                } else {
-                    shown.extend(std::iter::repeat_n('?', c.len_utf8()));
-                }
-            }
-            shown
-        };
+        self.paths.push(path);
         self.texts.push(text);
-        self.files.add(crate::output::safe(&path.display().to_string()).into_owned(), shown)
+        // A file added after a diagnostic was shown is shown too.
+        self.files.take();
+        self.texts.len() - 1
+    }
+
+    /// The files as diagnostics quote them: every character that could rewrite a terminal
+    /// replaced by as many `?` as it has bytes, so that spans still fall where they should.
+    fn files(&self) -> &SimpleFiles<String, String> {
+        self.files.get_or_init(|| {
+            let mut files = SimpleFiles::new();
+            for (path, text) in self.iter() {
+                files.add(crate::output::safe(&path.display().to_string()).into_owned(), shown(text));
+            }
+            files
+        })
     }
 
     pub fn len(&self) -> usize {
@@ -102,6 +99,24 @@ impl Diagnostic {
     }
 }
 
+/// A text as shown, built one character at a time only when needed: a string for every character
+/// was most of reading 10,000 spec files.
+fn shown(text: &str) -> String {
+    let keep = |c: char| matches!(c, '\n' | '\r' | '\t') || !crate::model::is_unsafe_char(c);
+    if text.chars().all(keep) {
+        return text.to_string();
+    }
+    let mut shown = String::with_capacity(text.len());
+    for c in text.chars() {
+        if keep(c) {
+            shown.push(c);
+        } else {
+            shown.extend(std::iter::repeat_n('?', c.len_utf8()));
+        }
+    }
+    shown
+}
+
 /// A spec that cannot be used, with everything wrong in it.
 pub struct SpecError {
     pub sources: Sources,
@@ -124,7 +139,7 @@ impl std::fmt::Display for Position {
 
 impl SpecError {
     pub fn position(&self, d: &Diagnostic) -> Position {
-        let loc = self.sources.files.location(d.file, d.span.start).expect("diagnostic span lies inside its file");
+        let loc = self.sources.files().location(d.file, d.span.start).expect("diagnostic span lies inside its file");
         Position { path: self.sources.path(d.file).to_path_buf(), line: loc.line_number, column: loc.column_number }
     }
 
@@ -132,7 +147,7 @@ impl SpecError {
     pub fn render_plain(&self) -> String {
         let mut out = String::new();
         for d in &self.diagnostics {
-            term::emit_to_string(&mut out, &term::Config::default(), &self.sources.files, &to_rendered(d))
+            term::emit_to_string(&mut out, &term::Config::default(), self.sources.files(), &to_rendered(d))
                 .expect("diagnostic spans lie inside their files");
         }
         out
@@ -150,7 +165,7 @@ impl SpecError {
         let mut stream = termcolor::BufferedStandardStream::stderr(choice);
         for d in &self.diagnostics {
             let _ =
-                term::emit_to_write_style(&mut stream, &term::Config::default(), &self.sources.files, &to_rendered(d));
+                term::emit_to_write_style(&mut stream, &term::Config::default(), self.sources.files(), &to_rendered(d));
         }
         let n = self.diagnostics.len();
         let _ = writeln!(
