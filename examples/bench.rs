@@ -19,6 +19,8 @@
 //!   the columns hopper reads, exchanges and bindings, the three GETs at once, bodies read whole;
 //! - `hopper export` and `hopper lint` of the same specs (offline: hopper's CPU cost alone).
 //!
+//! Each size's reads wait until the machine is quiet (`Quiet`, `--settle`).
+//!
 //! Every hopper command's wall time and peak memory (the kernel's `ru_maxrss` of that child,
 //! from `wait4`); the cheap steps are the median of `--repeats` runs. Nothing here asserts on
 //! time: the integration test `bench` runs it with a few topologies so that it cannot rot.
@@ -150,7 +152,7 @@ impl Quiet {
             if quiet_windows == 2 || start.elapsed() >= limit {
                 return Some(busy);
             }
-            if !said {
+            if !said && busy > Self::BUSY {
                 say(format!("waiting for the machine to be quiet ({:.0}% busy)", busy * 100.0));
                 said = true;
             }
