@@ -120,39 +120,68 @@ pub struct Options {
 /// freeing 50,000 deleted queues) takes CPU from hopper's process but hardly from the
 /// listing's warm threads: with one core kept busy by `yes`, the same 500-topology diff went
 /// from 1.04× to 1.51× the listing. Each size's reads begin once the whole machine has been
-/// at most `Quiet::BUSY` busy for two seconds in a row.
-struct Quiet;
+/// at most `Quiet::BUSY` busy for two seconds in a row, or once `--settle` has run out.
+pub struct Quiet;
+
+/// How a wait for a quiet machine ended.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Settled {
+    /// The busy share of all CPUs in the last second before the reads.
+    pub busy: f64,
+    /// Two quiet seconds in a row were seen; otherwise the limit ran out.
+    pub quiet: bool,
+    pub waited: Duration,
+}
 
 impl Quiet {
     /// The share of all CPUs' time that counts as quiet: idle brokers take 1 to 3%.
-    const BUSY: f64 = 0.10;
+    pub const BUSY: f64 = 0.10;
 
-    /// (busy, total) jiffies of all CPUs since boot, from `/proc/stat`.
-    fn jiffies() -> Option<(u64, u64)> {
-        let stat = fs::read_to_string("/proc/stat").ok()?;
-        let fields: Vec<u64> = stat.lines().next()?.split_whitespace().skip(1).filter_map(|f| f.parse().ok()).collect();
-        // user nice system idle iowait irq softirq steal
-        let total: u64 = fields.iter().take(8).sum();
-        let idle = fields.get(3)? + fields.get(4)?;
-        Some((total - idle, total))
+    /// (busy, total) jiffies of all CPUs since boot, from the text of `/proc/stat`: its first
+    /// line is `cpu user nice system idle iowait irq softirq steal ...` (guest time is already
+    /// in user and nice). A field that is not a number makes the line unreadable, rather than
+    /// shifting the others.
+    pub fn jiffies(stat: &str) -> Option<(u64, u64)> {
+        let line = stat.lines().next()?.strip_prefix("cpu ")?;
+        let fields: Vec<u64> = line.split_whitespace().map(|f| f.parse().ok()).collect::<Option<_>>()?;
+        let total: u64 = fields.get(..8)?.iter().sum();
+        let idle = fields[3] + fields[4];
+        Some((total.checked_sub(idle)?, total))
     }
 
-    /// Waits until two one-second windows in a row are quiet, or `limit` has passed; returns
-    /// the busy share of the last window (`None` where `/proc/stat` cannot be read).
-    fn wait(limit: Duration, say: impl Fn(String)) -> Option<f64> {
+    /// The busy share between two readings; `None` when no time passed or a counter went
+    /// backwards (the kernel does not promise that iowait only grows).
+    pub fn share(before: (u64, u64), after: (u64, u64)) -> Option<f64> {
+        let total = after.1.checked_sub(before.1).filter(|t| *t > 0)?;
+        let busy = after.0.checked_sub(before.0)?;
+        Some((busy as f64 / total as f64).min(1.0))
+    }
+
+    /// Whether the shares seen so far, one a second, end in two quiet ones.
+    pub fn settled(shares: &[f64]) -> bool {
+        shares.len() >= 2 && shares[shares.len() - 2..].iter().all(|s| *s <= Self::BUSY)
+    }
+
+    /// Waits, one second at a time, until the machine has settled or `limit` has passed;
+    /// `None` where `/proc/stat` cannot be read.
+    fn wait(limit: Duration, say: impl Fn(String)) -> Option<Settled> {
+        let read = || Self::jiffies(&fs::read_to_string("/proc/stat").ok()?);
         let start = Instant::now();
-        let (mut quiet_windows, mut said) = (0, false);
-        let mut last = Self::jiffies()?;
+        let (mut shares, mut said) = (Vec::new(), false);
+        let mut last = read()?;
         loop {
             std::thread::sleep(Duration::from_secs(1));
-            let now = Self::jiffies()?;
-            let busy = (now.0 - last.0) as f64 / (now.1 - last.1).max(1) as f64;
-            last = now;
-            quiet_windows = if busy <= Self::BUSY { quiet_windows + 1 } else { 0 };
-            if quiet_windows == 2 || start.elapsed() >= limit {
-                return Some(busy);
+            let now = read()?;
+            if let Some(share) = Self::share(last, now) {
+                shares.push(share);
             }
-            if !said && busy > Self::BUSY {
+            last = now;
+            let quiet = Self::settled(&shares);
+            if quiet || start.elapsed() >= limit {
+                let busy = shares.last().copied().unwrap_or(1.0);
+                return Some(Settled { busy, quiet, waited: start.elapsed() });
+            }
+            if let Some(busy) = shares.last().filter(|b| !said && **b > Self::BUSY) {
                 say(format!("waiting for the machine to be quiet ({:.0}% busy)", busy * 100.0));
                 said = true;
             }
@@ -217,8 +246,8 @@ pub struct SizeResult {
     pub notes: Vec<String>,
     /// Why the broker refused `POST /api/definitions` (a body over its limit), when it did.
     pub http_refused: Option<String>,
-    /// The machine's busy share just before the reads, when the run waited for quiet.
-    pub busy_before_reads: Option<f64>,
+    /// How the wait for a quiet machine before the reads ended, when the run waited.
+    pub settled: Option<Settled>,
 }
 
 impl SizeResult {
@@ -782,12 +811,12 @@ impl Run<'_> {
         self.http.listing(&applied)?;
         self.hopper_step(&["apply", "--vhost", &applied, specs_arg], &[0], Some("No changes"))?;
         if let Some(limit) = options.settle {
-            result.busy_before_reads = Quiet::wait(limit, |s| self.say(s));
-            if let Some(busy) = result.busy_before_reads.filter(|b| *b > Quiet::BUSY) {
+            result.settled = Quiet::wait(limit, |s| self.say(s));
+            if let Some(s) = result.settled.filter(|s| !s.quiet) {
                 result.notes.push(format!(
-                    "the machine was still {:.0}% busy when the reads began (after {} s): they may be slow",
-                    busy * 100.0,
-                    limit.as_secs()
+                    "the machine had not been quiet for two seconds when the reads began ({:.0}% busy after {:.0} s): they may be slow",
+                    s.busy * 100.0,
+                    s.waited.as_secs_f64()
                 ));
             }
         }
@@ -1296,12 +1325,11 @@ pub fn markdown(report: &Report, commit: &str, date: &str) -> String {
         "\nMedian wall time of {} runs ({} for first apply and each import, each into a fresh vhost); {}.",
         report.repeats, report.fresh, report.machine
     );
-    let busy: Vec<String> =
-        sizes.iter().filter_map(|s| s.busy_before_reads).map(|b| format!("{:.0}%", b * 100.0)).collect();
+    let busy: Vec<String> = sizes.iter().filter_map(|s| s.settled).map(|s| format!("{:.0}%", s.busy * 100.0)).collect();
     if !busy.is_empty() {
         let _ = writeln!(
             out,
-            "Each size's reads began once the machine was quiet (at most {:.0}% busy for two seconds; it was {} busy).",
+            "Before each size's reads the run waited for the machine to be at most {:.0}% busy for two seconds in a row; it was {} busy when they began.",
             Quiet::BUSY * 100.0,
             busy.join(", ")
         );
