@@ -99,8 +99,8 @@ impl Diagnostic {
     }
 }
 
-/// A text as shown, built one character at a time only when needed: a string for every character
-/// was most of reading 10,000 spec files.
+/// A text as shown, built one character at a time only when some character must be replaced: a
+/// string for every character once took most of the time of quoting 10,000 spec files.
 fn shown(text: &str) -> String {
     let keep = |c: char| matches!(c, '\n' | '\r' | '\t') || !crate::model::is_unsafe_char(c);
     if text.chars().all(keep) {

@@ -119,8 +119,9 @@ fn read_one(path: &Path) -> Result<String, LoadError> {
     read_limited(file, &path.display().to_string())
 }
 
-/// Room for a typical spec file in one read: `take` hides the file's size from `read_to_end`,
-/// which would otherwise start at 32 bytes and double, a read call each time.
+/// Room for a typical spec file: `take` hides the file's size from `read_to_end`, which then
+/// started with a 32-byte read and doubled, five reads for a 300-byte file. With room ready, a
+/// small file takes one read and one more to see its end.
 const FIRST_READ: usize = 16 << 10;
 
 /// At most MAX_SPEC_BYTES of UTF-8 text; `name` says where from, in errors.
