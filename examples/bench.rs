@@ -111,7 +111,8 @@ pub struct Options {
     /// `--move`: each message's body, in bytes.
     pub move_bytes: usize,
     /// Before each size's reads, wait (at most this long) until the machine is quiet: see
-    /// `Quiet`. `None` (the test suite, which runs beside other tests) does not wait.
+    /// `Quiet`. `None` does not wait; the test suite, which runs beside other tests, waits a
+    /// second.
     pub settle: Option<Duration>,
 }
 
