@@ -54,11 +54,19 @@ pub struct Index<'a> {
     dead_letters: FxHashMap<&'a str, FxHashMap<&'a str, Vec<&'a QueueName>>>,
     /// Live bindings by their source exchange.
     bindings: FxHashMap<&'a str, Vec<&'a Binding>>,
+    /// Whether the vhost has a queue named as a migration's holding queue.
+    holding_queues: bool,
 }
 
 impl<'a> Index<'a> {
     pub fn new(owners: &'a Owners<'a>, live: &'a Live) -> Index<'a> {
-        let mut index = Index { owners, dead_letters: FxHashMap::default(), bindings: FxHashMap::default() };
+        let holding_queues = live
+            .queues
+            .range::<str, _>((std::ops::Bound::Included(super::migrate::HOLDING_PREFIX), std::ops::Bound::Unbounded))
+            .next()
+            .is_some_and(|(name, _)| name.starts_with(super::migrate::HOLDING_PREFIX));
+        let mut index =
+            Index { owners, dead_letters: FxHashMap::default(), bindings: FxHashMap::default(), holding_queues };
         for (name, q) in &live.queues {
             let Some(args) = &q.arguments else { continue };
             let text = |key| args.get(key).and_then(ArgValue::as_str);
@@ -70,6 +78,11 @@ impl<'a> Index<'a> {
             index.bindings.entry(b.source.as_str()).or_default().push(b);
         }
         index
+    }
+
+    /// Whether any queue of the vhost may hold an interrupted migration's messages.
+    pub fn holding_queues(&self) -> bool {
+        self.holding_queues
     }
 
     /// The topology that declares the queue `name`, as a slice of it (or of none).

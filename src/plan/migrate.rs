@@ -11,7 +11,7 @@ use super::queue_differences;
 use crate::live::{Live, LiveQueue};
 use crate::model::{ArgValue, Binding, Destination, Queue, QueueName, arg};
 
-const HOLDING_PREFIX: &str = "hopper.migrating.";
+pub(super) const HOLDING_PREFIX: &str = "hopper.migrating.";
 
 /// The queue that holds `queue`'s messages while it is declared again: `hopper.migrating.`
 /// and its name, or, where that would exceed RabbitMQ's 255 bytes, a digest of it (stable

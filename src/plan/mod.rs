@@ -498,8 +498,10 @@ fn step(object: &Object, live: &Live, vhost: &str, index: &Index, options: &Opti
 
 fn queue_step(q: &Queue, live: &Live, vhost: &str, index: &Index, options: &Options) -> Step {
     let object = Object::Queue(q.clone());
-    let holding = migrate::holding_queue(&q.name);
-    let unfinished = live.queues.get(&holding);
+    // An interrupted migration leaves a holding queue; without any, no name is made to look for
+    // one (a name formatted per queue was a tenth of planning).
+    let holding = || migrate::holding_queue(&q.name);
+    let unfinished = if index.holding_queues() { live.queues.get(&holding()) } else { None };
     let l = live.queues.get(&q.name);
     let differences = match l {
         None => Vec::new(),
@@ -512,6 +514,7 @@ fn queue_step(q: &Queue, live: &Live, vhost: &str, index: &Index, options: &Opti
     };
     let messages = l.and_then(|l| l.messages);
     if let Some(h) = unfinished {
+        let holding = holding();
         if options.migrate {
             return Step::Migrate { object, differences, messages, holding, resumes: true };
         }
@@ -531,6 +534,7 @@ fn queue_step(q: &Queue, live: &Live, vhost: &str, index: &Index, options: &Opti
         return Step::InSync { object, note: None };
     }
     let owner = index.owner_of_queue(&q.name);
+    let holding = holding();
     if let Some(note) = legacy_shape(q, l, owner) {
         return if options.migrate {
             Step::Migrate { object, differences, messages, holding, resumes: false }
@@ -627,6 +631,11 @@ fn flag(d: &mut Vec<Difference>, property: Property, live: bool, spec: bool) {
 /// Compares as RabbitMQ does: every integer width is equal, and a queue without `x-queue-type`
 /// is a classic queue. hopper declares nothing auto-delete.
 pub fn queue_differences(q: &Queue, l: &LiveQueue, live: &Arguments) -> Vec<Difference> {
+    // Most queues are in sync: with the type listed, equal entries mean no difference, found
+    // without sorting their keys (at 50,000 queues, tens of milliseconds after the last answer).
+    if l.durable == q.durable && !l.auto_delete && live.contains_key(arg::QUEUE_TYPE) && q.arguments == *live {
+        return Vec::new();
+    }
     let mut live = live.clone();
     live.insert_if_absent(arg::QUEUE_TYPE, ArgValue::str("classic"));
     let mut d = Vec::new();
