@@ -136,7 +136,7 @@ pub fn run(
     // The spec's side of each plan, made while an early reading may still be under way.
     let desired: Vec<plan::Desired> = by_vhost.iter().map(|(_, t)| plan::Desired::new(t)).collect();
     let early = super::Early::finish(early, &vhosts);
-    let plans = super::runtime()?.block_on(async {
+    let (plans, lives) = super::runtime()?.block_on(async {
         let options = Options { prune: false, admin: Some(endpoint.admin()), migrate: false };
         let cannot = |e: anyhow::Error| {
             anyhow::anyhow!("hopper diff reads the broker through the management API and cannot: {e:#}")
@@ -167,7 +167,7 @@ pub fn run(
         });
         let all: Vec<&CompiledTopology> = by_vhost.iter().flat_map(|(_, t)| t.iter().copied()).collect();
         super::check_release(&http_identity.version, &all)?;
-        let mut plans = Vec::new();
+        let (mut plans, mut lives) = (Vec::new(), Vec::new());
         for (((vhost, _), desired), live) in by_vhost.iter().zip(&desired).zip(readings) {
             let mut live = live.map_err(cannot)?;
             // Counts only where they matter: left-over queues (what prune would do) and
@@ -203,12 +203,15 @@ pub fn run(
                 .filter(|f| f.queues.is_empty() || f.queues.iter().any(|q| desired.queues().contains(q)))
                 .collect();
             plans.push((plan, hazards));
-            crate::drop_aside(live);
+            lives.push(live);
         }
-        anyhow::Ok(plans)
+        anyhow::Ok((plans, lives))
     })?;
     let (plans, hazards): (Vec<Plan>, Vec<Vec<Finding>>) = plans.into_iter().unzip();
     let mut report = report(plans);
+    // Freed once the report is made: freed beside it, they took turns with it at malloc's one
+    // arena.
+    crate::drop_aside(lives);
     for (v, h) in report.vhosts.iter_mut().zip(hazards) {
         v.hazards = h;
     }
@@ -222,7 +225,10 @@ pub fn report(plans: Vec<Plan>) -> Report {
     let vhosts: Vec<VhostDiff> = plans
         .into_iter()
         .map(|p| {
-            let mut objects: Vec<Entry> = p.steps.into_iter().filter_map(entry).collect();
+            // Sized once: at 10,000 topologies the entries are tens of megabytes, and growing
+            // them by doubling copied each one again.
+            let mut objects: Vec<Entry> = Vec::with_capacity(p.steps.len() + p.overrides.len());
+            objects.extend(p.steps.into_iter().filter_map(entry));
             objects.extend(p.overrides.into_iter().map(|o| Entry {
                 setting: Some(o.setting),
                 spec: o.spec,
