@@ -430,70 +430,97 @@ const QUEUE_FIELDS: &[&str] = &[
     "online",
 ];
 
-/// One object of a listing with every field hopper reads as listed, a field listed twice too: RabbitMQ 3.10
-/// lists a quorum queue with a member offline with `online` twice, the members online now and
-/// the members online at its last statistics. A derived reader refuses such an object.
-pub struct Listed(Vec<(String, Value)>);
-
-impl<'de> Deserialize<'de> for Listed {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Listed, D::Error> {
-        struct Fields;
-        impl<'de> serde::de::Visitor<'de> for Fields {
-            type Value = Listed;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("an object")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Listed, A::Error> {
-                let mut fields = Vec::new();
-                while let Some(key) = map.next_key::<String>()? {
-                    // A queue with statistics is listed with dozens of fields (rates, memory,
-                    // garbage collection): kept, they were most of `inspect`'s memory.
-                    if QUEUE_FIELDS.contains(&key.as_str()) {
-                        fields.push((key, map.next_value::<Value>()?));
-                    } else {
-                        map.next_value::<serde::de::IgnoredAny>()?;
-                    }
-                }
-                Ok(Listed(fields))
-            }
-        }
-        d.deserialize_map(Fields)
-    }
+/// A field of a queue's listing that `QueueInfo` reads, named as the listing names it.
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "snake_case")]
+enum QueueField {
+    Name,
+    Type,
+    Durable,
+    AutoDelete,
+    Arguments,
+    Messages,
+    MessagesUnacknowledged,
+    Consumers,
+    Node,
+    State,
+    Leader,
+    Members,
+    Online,
+    /// A queue with statistics is listed with dozens of fields (rates, memory, garbage
+    /// collection): skipped, not kept, they were most of `inspect`'s memory.
+    #[serde(other)]
+    Other,
 }
 
-impl Listed {
-    /// A queue: a field listed twice has its last value, except `online`, where a member is
-    /// online only if every listing of it says so.
-    fn queue(self) -> Result<QueueInfo, serde_json::Error> {
-        let mut online: Option<Vec<String>> = None;
-        let mut fields: Vec<(String, Value)> = Vec::with_capacity(self.0.len());
-        for (key, value) in self.0 {
-            if key == "online" {
-                let listed: Vec<String> = serde_json::from_value(value).unwrap_or_default();
-                online = Some(match online {
-                    None => listed,
-                    Some(before) => before.into_iter().filter(|m| listed.contains(m)).collect(),
-                });
-            } else if let Some(field) = fields.iter_mut().find(|(k, _)| *k == key) {
-                field.1 = value;
-            } else {
-                fields.push((key, value));
-            }
-        }
-        let mut queue = QueueInfo::deserialize(serde::de::value::MapDeserializer::new(fields.into_iter()))?;
-        queue.online = online;
-        Ok(queue)
-    }
-}
-
-/// A queue of a listing, made on the thread that received the listing: at 50,000 queues the
-/// slower listings are still on their way meanwhile.
+/// A queue of a listing, read field by field as it is parsed, on the thread that received the
+/// listing: at 50,000 queues the slower listings are still on their way meanwhile. A field
+/// listed twice has its last value, except `online`: RabbitMQ 3.10 lists a quorum queue with a
+/// member offline with `online` twice, the members online now and at its last statistics, and a
+/// member is online only if every listing of it says so. A derived reader refuses such an
+/// object.
 struct ListedQueue(QueueInfo);
 
 impl<'de> Deserialize<'de> for ListedQueue {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ListedQueue, D::Error> {
-        Listed::deserialize(d)?
-            .queue()
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = QueueInfo;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a queue")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<QueueInfo, A::Error> {
+                use serde::de::Error;
+                let (mut name, mut durable, mut auto_delete) = (None, None, None);
+                let mut q = QueueInfo {
+                    name: String::new(),
+                    kind: classic(),
+                    durable: false,
+                    auto_delete: false,
+                    arguments: Map::new(),
+                    messages: 0,
+                    messages_unacknowledged: 0,
+                    consumers: 0,
+                    node: None,
+                    state: None,
+                    leader: None,
+                    members: None,
+                    online: None,
+                };
+                while let Some(field) = map.next_key::<QueueField>()? {
+                    match field {
+                        QueueField::Name => name = Some(map.next_value()?),
+                        QueueField::Type => q.kind = map.next_value()?,
+                        QueueField::Durable => durable = Some(map.next_value()?),
+                        QueueField::AutoDelete => auto_delete = Some(map.next_value()?),
+                        QueueField::Arguments => q.arguments = map.next_value()?,
+                        QueueField::Messages => q.messages = map.next_value()?,
+                        QueueField::MessagesUnacknowledged => q.messages_unacknowledged = map.next_value()?,
+                        QueueField::Consumers => q.consumers = map.next_value()?,
+                        QueueField::Node => q.node = map.next_value()?,
+                        QueueField::State => q.state = map.next_value()?,
+                        QueueField::Leader => q.leader = map.next_value()?,
+                        QueueField::Members => q.members = map.next_value()?,
+                        QueueField::Online => {
+                            let listed: Vec<String> =
+                                serde_json::from_value(map.next_value::<Value>()?).unwrap_or_default();
+                            q.online = Some(match q.online.take() {
+                                None => listed,
+                                Some(before) => before.into_iter().filter(|m| listed.contains(m)).collect(),
+                            });
+                        }
+                        QueueField::Other => {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                q.name = name.ok_or_else(|| A::Error::missing_field("name"))?;
+                q.durable = durable.ok_or_else(|| A::Error::missing_field("durable"))?;
+                q.auto_delete = auto_delete.ok_or_else(|| A::Error::missing_field("auto_delete"))?;
+                Ok(q)
+            }
+        }
+        d.deserialize_map(Fields)
             .map(ListedQueue)
             .map_err(|e| serde::de::Error::custom(format!("the management API listed a queue hopper cannot read: {e}")))
     }
@@ -869,6 +896,20 @@ mod tests {
             ("classic", Some("n2"), None),
             "the last value, classic by default"
         );
+    }
+
+    #[test]
+    fn every_column_asked_for_is_a_field_read() {
+        for column in QUEUE_FIELDS {
+            let field: QueueField = serde_json::from_value(Value::from(*column)).unwrap();
+            assert!(!matches!(field, QueueField::Other), "{column} is asked for and then skipped");
+        }
+    }
+
+    #[test]
+    fn a_queue_without_a_name_is_an_error() {
+        let e = listed(r#"[{"durable":true,"auto_delete":false}]"#).unwrap_err();
+        assert!(e.to_string().contains("missing field `name`"), "{e}");
     }
 
     #[test]
