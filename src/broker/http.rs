@@ -2,6 +2,7 @@
 //! bindings, policies, operator policies). hopper's own small client over ureq (blocking calls
 //! on tokio's blocking pool): a handful of GETs do not need an HTTP stack of 150 crates.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -551,24 +552,37 @@ struct ListedBindings(BTreeSet<Binding>);
 
 impl<'de> Deserialize<'de> for ListedBindings {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ListedBindings, D::Error> {
-        let listed = Vec::<BindingInfo>::deserialize(d)?;
-        let bindings = listed
-            .into_iter()
-            // The default exchange's implicit bindings are not bindings anyone can change.
-            .filter(|b| !b.source.is_empty())
-            .map(|b| {
-                let destination = match b.destination_type.as_str() {
-                    "exchange" => Destination::Exchange(b.destination.into()),
-                    _ => Destination::Queue(b.destination.into()),
-                };
-                Binding {
-                    source: b.source.into(),
-                    destination,
-                    routing_key: b.routing_key,
-                    arguments: arguments(&b.arguments),
+        struct Bindings;
+        impl<'de> serde::de::Visitor<'de> for Bindings {
+            type Value = Vec<Binding>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a list of bindings")
+            }
+            // Each binding is made as it is parsed, its text borrowed from the answer until then:
+            // the default exchange's implicit bindings, one per queue, are skipped without a copy.
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<Binding>, A::Error> {
+                let mut bindings = Vec::new();
+                while let Some(b) = seq.next_element::<BindingInfo<'de>>()? {
+                    // The default exchange's implicit bindings are not bindings anyone can change.
+                    if b.source.is_empty() {
+                        continue;
+                    }
+                    // Names are shared text: made from the borrowed text, without a `String` first.
+                    let destination = match &*b.destination_type {
+                        "exchange" => Destination::Exchange((&*b.destination).into()),
+                        _ => Destination::Queue((&*b.destination).into()),
+                    };
+                    bindings.push(Binding {
+                        source: (&*b.source).into(),
+                        destination,
+                        routing_key: b.routing_key.into_owned(),
+                        arguments: arguments(&b.arguments),
+                    });
                 }
-            });
-        Ok(ListedBindings(bindings.collect()))
+                Ok(bindings)
+            }
+        }
+        Ok(ListedBindings(d.deserialize_seq(Bindings)?.into_iter().collect()))
     }
 }
 
@@ -589,13 +603,18 @@ fn classic() -> String {
     "classic".into()
 }
 
+/// A binding as listed, its text borrowed from the answer where it holds no escapes.
 #[derive(Debug, Deserialize)]
-pub struct BindingInfo {
-    pub source: String,
-    pub destination: String,
+pub struct BindingInfo<'a> {
+    #[serde(borrow)]
+    pub source: Cow<'a, str>,
+    #[serde(borrow)]
+    pub destination: Cow<'a, str>,
     /// `queue` or `exchange`.
-    pub destination_type: String,
-    pub routing_key: String,
+    #[serde(borrow)]
+    pub destination_type: Cow<'a, str>,
+    #[serde(borrow)]
+    pub routing_key: Cow<'a, str>,
     #[serde(default)]
     pub arguments: Map<String, Value>,
 }
@@ -904,6 +923,22 @@ mod tests {
             let field: QueueField = serde_json::from_value(Value::from(*column)).unwrap();
             assert!(!matches!(field, QueueField::Other), "{column} is asked for and then skipped");
         }
+    }
+
+    #[test]
+    fn bindings_are_read_escapes_and_all_without_the_default_exchange() {
+        let ListedBindings(bindings) = serde_json::from_str(
+            r##"[{"source":"","vhost":"/","destination":"q","destination_type":"queue","routing_key":"q","arguments":{}},
+                {"source":"a\"b","vhost":"/","destination":"q\u00e9","destination_type":"queue","routing_key":"k\\","arguments":{"x-match":"all"}},
+                {"source":"a","vhost":"/","destination":"e","destination_type":"exchange","routing_key":"#","arguments":{}}]"##,
+        )
+        .unwrap();
+        let listed: Vec<String> = bindings.iter().map(ToString::to_string).collect();
+        assert_eq!(bindings.len(), 2, "{listed:?}");
+        let escaped = bindings.iter().find(|b| b.source.as_str() == "a\"b").expect("the escaped source");
+        assert_eq!(escaped.destination, Destination::Queue("qé".into()));
+        assert_eq!((escaped.routing_key.as_str(), escaped.arguments.len()), ("k\\", 1));
+        assert!(bindings.iter().any(|b| b.destination == Destination::Exchange("e".into())));
     }
 
     #[test]
