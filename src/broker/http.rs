@@ -362,6 +362,9 @@ pub struct Overview {
     pub rabbitmq_version: String,
 }
 
+/// The fields of an exchange's listing that `ExchangeInfo` reads, asked for as its `columns`.
+const EXCHANGE_COLUMNS: &[&str] = &["name", "type", "durable", "auto_delete", "internal", "arguments"];
+
 #[derive(Debug, Deserialize)]
 pub struct ExchangeInfo {
     pub name: String,
@@ -603,6 +606,9 @@ fn classic() -> String {
     "classic".into()
 }
 
+/// The fields of a binding's listing that `BindingInfo` reads, asked for as its `columns`.
+const BINDING_COLUMNS: &[&str] = &["source", "destination", "destination_type", "routing_key", "arguments"];
+
 /// A binding as listed, its text borrowed from the answer where it holds no escapes.
 #[derive(Debug, Deserialize)]
 pub struct BindingInfo<'a> {
@@ -679,9 +685,12 @@ pub async fn read(endpoint: &Endpoint, vhost: &str, stats: Stats) -> Result<Live
             "/queues/{v}?disable_stats=true&enable_queue_totals=false&columns=name,type,durable,auto_delete,arguments,node,leader,members,online"
         ),
     };
+    // Exchanges and bindings too: on RabbitMQ 4.3 at 10,000 topologies, the exchanges without
+    // statistics and with these columns cost the broker 0.7 s of CPU instead of 1.5 s, the
+    // bindings 4.1 s instead of 4.6 s, and a listing that large keeps both of its cores busy.
     let paths = [
-        format!("/exchanges/{v}"),
-        format!("/bindings/{v}"),
+        format!("/exchanges/{v}?disable_stats=true&columns={}", EXCHANGE_COLUMNS.join(",")),
+        format!("/bindings/{v}?columns={}", BINDING_COLUMNS.join(",")),
         format!("/policies/{v}"),
         format!("/operator-policies/{v}"),
     ];
@@ -923,6 +932,29 @@ mod tests {
             let field: QueueField = serde_json::from_value(Value::from(*column)).unwrap();
             assert!(!matches!(field, QueueField::Other), "{column} is asked for and then skipped");
         }
+    }
+
+    /// A column left out of the list would fail the read or, where a field has a default, be
+    /// read as that default (an exchange not internal, a binding without arguments).
+    #[test]
+    fn exchanges_and_bindings_are_read_from_the_columns_asked_for() {
+        let only = |columns: &[&str], sample: Value| -> Value {
+            Value::Object(columns.iter().map(|c| (c.to_string(), sample[*c].clone())).collect())
+        };
+        let exchange = serde_json::json!({"name": "e", "type": "topic", "durable": true, "auto_delete": true,
+            "internal": true, "arguments": {"alternate-exchange": "ae"}, "vhost": "/", "user_who_performed_action": "x"});
+        let e: ExchangeInfo = serde_json::from_value(only(EXCHANGE_COLUMNS, exchange)).unwrap();
+        assert_eq!(
+            (e.name.as_str(), e.kind.as_str(), e.durable, e.auto_delete, e.internal),
+            ("e", "topic", true, true, true)
+        );
+        assert_eq!(e.arguments.len(), 1);
+        let binding = serde_json::json!({"source": "s", "destination": "d", "destination_type": "exchange",
+            "routing_key": "k", "arguments": {"x-match": "any"}, "vhost": "/", "properties_key": "k"});
+        let text = only(BINDING_COLUMNS, binding).to_string();
+        let b: BindingInfo = serde_json::from_str(&text).unwrap();
+        assert_eq!((&*b.source, &*b.destination, &*b.destination_type, &*b.routing_key), ("s", "d", "exchange", "k"));
+        assert_eq!(b.arguments.len(), 1);
     }
 
     #[test]
