@@ -15,8 +15,8 @@
 //!   objects (timed until a listing shows every queue and binding: it calls itself asynchronous)
 //!   and the synchronous `POST /api/definitions/{vhost}`, each into a fresh vhost;
 //! - a no-op `hopper apply`, `hopper diff`, `hopper apply --dry-run` and `hopper inspect --vhost`
-//!   against the cheapest complete listing of the vhost: the three GETs hopper makes (queues,
-//!   exchanges and bindings without statistics, with only the columns hopper reads) at once,
+//!   against the cheapest complete listing of the vhost: the three large GETs hopper makes
+//!   (queues, exchanges and bindings without statistics, with only the columns hopper reads) at once,
 //!   timed until the bodies are in whole, not parsed;
 //! - `hopper export` and `hopper lint` of the same specs (offline: hopper's CPU cost alone).
 //!
@@ -357,7 +357,8 @@ impl Http {
         Ok(())
     }
 
-    /// The cheapest complete listing of a vhost: the requests hopper makes (src/broker/http.rs),
+    /// The cheapest complete listing of a vhost: the three large requests hopper makes
+    /// (`read` in src/broker/http.rs),
     /// queues, exchanges and bindings without statistics and with only the columns hopper reads,
     /// at once. Returns how long the three answers took to arrive whole, and the counts they
     /// hold, parsed after the clock stopped: the reference is the broker's cost and the
@@ -365,7 +366,7 @@ impl Http {
     fn listing(&self, vhost: &str) -> Result<(Duration, (usize, usize, usize))> {
         let paths = [
             format!(
-                "/queues/{vhost}?disable_stats=true&enable_queue_totals=false&columns=name,type,durable,auto_delete,arguments,node,leader,members,online"
+                "/queues/{vhost}?disable_stats=true&enable_queue_totals=false&columns=name,type,durable,auto_delete,arguments,node,state,leader,members,online"
             ),
             format!("/exchanges/{vhost}?disable_stats=true&columns=name,type,durable,auto_delete,internal,arguments"),
             format!("/bindings/{vhost}?columns=source,destination,destination_type,routing_key,arguments"),

@@ -84,7 +84,7 @@ pub struct LiveExchange {
     pub kind: ExchangeType,
     pub durable: bool,
     pub auto_delete: bool,
-    /// Read over AMQP only: the management client hopper uses does not report it.
+    /// An internal exchange takes no publish from a client.
     pub internal: bool,
     pub arguments: Arguments,
 }

@@ -379,37 +379,29 @@ pub struct ExchangeInfo {
     pub arguments: Map<String, Value>,
 }
 
-#[derive(Debug, Deserialize)]
+/// A queue as listed, read by `ListedQueue` (RabbitMQ 3.10 may list a field twice, which a
+/// derived reader refuses); a field the listing leaves out has its default.
+#[derive(Debug)]
 pub struct QueueInfo {
     pub name: String,
     /// `classic`, `quorum` or `stream`.
-    #[serde(rename = "type", default = "classic")]
     pub kind: String,
     pub durable: bool,
     pub auto_delete: bool,
-    #[serde(default)]
     pub arguments: Map<String, Value>,
     /// Absent until the broker has collected the queue's stats once.
-    #[serde(default)]
     pub messages: u64,
-    #[serde(default)]
     pub messages_unacknowledged: u64,
-    #[serde(default)]
     pub consumers: u64,
     /// A classic queue's node; a quorum queue's leader on some releases.
-    #[serde(default)]
     pub node: Option<String>,
     /// A classic queue whose node is down is `down`.
-    #[serde(default)]
     pub state: Option<String>,
     /// A quorum queue's leader, members and the members the broker counts online (this lags
     /// behind a node that stopped by seconds, so a member also counts offline when its node does
     /// not run).
-    #[serde(default)]
     pub leader: Option<String>,
-    #[serde(default)]
     pub members: Option<Vec<String>>,
-    #[serde(default)]
     pub online: Option<Vec<String>>,
 }
 
@@ -417,7 +409,9 @@ pub struct QueueInfo {
 /// their 70,000 bindings, is about 22 MB.
 const BODY_HINT_CAP: u64 = 64 << 20;
 
-/// The fields of a queue's listing that `QueueInfo` reads, also as the `columns` asked for.
+/// The fields of a queue's listing that `QueueInfo` reads, also as the `columns` asked for
+/// with counts. A field added to `QueueInfo` is also named here, in `QueueField` and in
+/// `ListedQueue`'s reader, and in `UNCOUNTED_QUEUE_FIELDS` unless it is a count.
 const QUEUE_FIELDS: &[&str] = &[
     "name",
     "type",
@@ -433,6 +427,12 @@ const QUEUE_FIELDS: &[&str] = &[
     "members",
     "online",
 ];
+
+/// The same without the counts: the `columns` of a listing without statistics. A queue's
+/// `state` is listed without statistics too, and says when a classic queue is down on a node
+/// that runs.
+const UNCOUNTED_QUEUE_FIELDS: &[&str] =
+    &["name", "type", "durable", "auto_delete", "arguments", "node", "state", "leader", "members", "online"];
 
 /// A field of a queue's listing that `QueueInfo` reads, named as the listing names it.
 #[derive(Deserialize)]
@@ -524,9 +524,26 @@ impl<'de> Deserialize<'de> for ListedQueue {
                 Ok(q)
             }
         }
-        d.deserialize_map(Fields)
-            .map(ListedQueue)
-            .map_err(|e| serde::de::Error::custom(format!("the management API listed a queue hopper cannot read: {e}")))
+        d.deserialize_map(Fields).map(ListedQueue).map_err(|e| {
+            // The parser adds the position again to the error made here.
+            let e = e.to_string();
+            serde::de::Error::custom(format!(
+                "the management API listed a queue hopper cannot read: {}",
+                without_position(&e)
+            ))
+        })
+    }
+}
+
+/// A parser's message without the " at line L column C" that serde_json ends it with.
+fn without_position(message: &str) -> &str {
+    match message.rsplit_once(" at line ") {
+        Some((before, at))
+            if at.split_once(" column ").is_some_and(|(l, c)| l.parse::<u64>().is_ok() && c.parse::<u64>().is_ok()) =>
+        {
+            before
+        }
+        _ => message,
     }
 }
 
@@ -657,8 +674,9 @@ pub enum Stats {
 /// They lag by seconds, but include a quorum queue's dead letters still in transit.
 pub async fn queue_counts(endpoint: &Endpoint, vhost: &str, queue: &str) -> Result<Option<(u64, u64)>> {
     let api = Api::new(endpoint);
-    match api.get::<QueueInfo>(&format!("/queues/{}/{}", segment(vhost), segment(queue))).await {
-        Ok(q) => Ok(Some((q.messages, q.consumers))),
+    // Through the listings' reader: RabbitMQ 3.10 may name a quorum queue's `online` twice.
+    match api.get::<ListedQueue>(&format!("/queues/{}/{}", segment(vhost), segment(queue))).await {
+        Ok(ListedQueue(q)) => Ok(Some((q.messages, q.consumers))),
         Err(HttpError::Status { status: 404, .. }) => Ok(None),
         Err(e) => Err(anyhow::Error::new(why(&api, &e))),
     }
@@ -682,7 +700,8 @@ pub async fn read(endpoint: &Endpoint, vhost: &str, stats: Stats) -> Result<Live
     let queues_path = match stats {
         Stats::Counted => format!("/queues/{v}?columns={}", QUEUE_FIELDS.join(",")),
         Stats::Skipped => format!(
-            "/queues/{v}?disable_stats=true&enable_queue_totals=false&columns=name,type,durable,auto_delete,arguments,node,leader,members,online"
+            "/queues/{v}?disable_stats=true&enable_queue_totals=false&columns={}",
+            UNCOUNTED_QUEUE_FIELDS.join(",")
         ),
     };
     // Exchanges and bindings too: on RabbitMQ 4.3 at 10,000 topologies, the exchanges without
@@ -928,10 +947,16 @@ mod tests {
 
     #[test]
     fn every_column_asked_for_is_a_field_read() {
-        for column in QUEUE_FIELDS {
+        for column in QUEUE_FIELDS.iter().chain(UNCOUNTED_QUEUE_FIELDS) {
             let field: QueueField = serde_json::from_value(Value::from(*column)).unwrap();
             assert!(!matches!(field, QueueField::Other), "{column} is asked for and then skipped");
         }
+        let counts = ["messages", "messages_unacknowledged", "consumers"];
+        let mut uncounted: Vec<&str> = UNCOUNTED_QUEUE_FIELDS.iter().chain(&counts).copied().collect();
+        let mut counted = QUEUE_FIELDS.to_vec();
+        uncounted.sort();
+        counted.sort();
+        assert_eq!(uncounted, counted, "without statistics, every column but the counts");
     }
 
     /// A column left out of the list would fail the read or, where a field has a default, be
@@ -943,18 +968,18 @@ mod tests {
         };
         let exchange = serde_json::json!({"name": "e", "type": "topic", "durable": true, "auto_delete": true,
             "internal": true, "arguments": {"alternate-exchange": "ae"}, "vhost": "/", "user_who_performed_action": "x"});
-        let e: ExchangeInfo = serde_json::from_value(only(EXCHANGE_COLUMNS, exchange)).unwrap();
-        assert_eq!(
-            (e.name.as_str(), e.kind.as_str(), e.durable, e.auto_delete, e.internal),
-            ("e", "topic", true, true, true)
-        );
-        assert_eq!(e.arguments.len(), 1);
+        // Whole: a field added to the struct must be added here, and then to the columns.
+        let ExchangeInfo { name, kind, durable, auto_delete, internal, arguments } =
+            serde_json::from_value(only(EXCHANGE_COLUMNS, exchange)).unwrap();
+        assert_eq!((name.as_str(), kind.as_str(), durable, auto_delete, internal), ("e", "topic", true, true, true));
+        assert_eq!(arguments.len(), 1);
         let binding = serde_json::json!({"source": "s", "destination": "d", "destination_type": "exchange",
             "routing_key": "k", "arguments": {"x-match": "any"}, "vhost": "/", "properties_key": "k"});
         let text = only(BINDING_COLUMNS, binding).to_string();
-        let b: BindingInfo = serde_json::from_str(&text).unwrap();
-        assert_eq!((&*b.source, &*b.destination, &*b.destination_type, &*b.routing_key), ("s", "d", "exchange", "k"));
-        assert_eq!(b.arguments.len(), 1);
+        let BindingInfo { source, destination, destination_type, routing_key, arguments } =
+            serde_json::from_str(&text).unwrap();
+        assert_eq!((&*source, &*destination, &*destination_type, &*routing_key), ("s", "d", "exchange", "k"));
+        assert_eq!(arguments.len(), 1);
     }
 
     #[test]
@@ -983,5 +1008,6 @@ mod tests {
     fn a_queue_hopper_cannot_read_is_an_error_that_says_so() {
         let e = listed(r#"[{"name":"orders","durable":"yes","auto_delete":false}]"#).unwrap_err();
         assert!(e.to_string().contains("the management API listed a queue hopper cannot read"), "{e}");
+        assert_eq!(e.to_string().matches(" at line ").count(), 1, "the position once: {e}");
     }
 }
