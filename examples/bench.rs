@@ -16,8 +16,8 @@
 //!   and the synchronous `POST /api/definitions/{vhost}`, each into a fresh vhost;
 //! - a no-op `hopper apply`, `hopper diff`, `hopper apply --dry-run` and `hopper inspect --vhost`
 //!   against the cheapest complete listing of the vhost: the three large GETs hopper makes
-//!   (queues, exchanges and bindings without statistics, with only the columns hopper reads) at once,
-//!   timed until the bodies are in whole, not parsed;
+//!   (queues and exchanges without statistics, all three with only the columns hopper reads) at
+//!   once, timed until the bodies are in whole, not parsed;
 //! - `hopper export` and `hopper lint` of the same specs (offline: hopper's CPU cost alone).
 //!
 //! Each size's reads wait until the machine is quiet (`Quiet`, `--settle`).
@@ -357,10 +357,9 @@ impl Http {
         Ok(())
     }
 
-    /// The cheapest complete listing of a vhost: the three large requests hopper makes
-    /// (`read` in src/broker/http.rs),
-    /// queues, exchanges and bindings without statistics and with only the columns hopper reads,
-    /// at once. Returns how long the three answers took to arrive whole, and the counts they
+    /// The cheapest complete listing of a vhost: the three large requests hopper makes (`read` in
+    /// src/broker/http.rs), queues and exchanges without statistics, all three with only the
+    /// columns hopper reads, at once. Returns how long the three answers took to arrive whole, and the counts they
     /// hold, parsed after the clock stopped: the reference is the broker's cost and the
     /// transfer, not a client's parsing.
     fn listing(&self, vhost: &str) -> Result<(Duration, (usize, usize, usize))> {
