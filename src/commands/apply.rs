@@ -7,7 +7,6 @@ use anyhow::Result;
 
 use super::{BrokerArgs, SpecArgs};
 use crate::Exit;
-use crate::compile::compile;
 use crate::model::Object;
 use crate::ops::apply::{Report, Request};
 use crate::ops::plan_file::PlanFile;
@@ -94,8 +93,7 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
         Err(exit) => return Ok(exit),
     };
     let endpoint = endpoint?;
-    let compiled = compile(&spec);
-    let by_vhost: Vec<_> = ops::by_vhost(&compiled).into_iter().collect();
+    let by_vhost: Vec<_> = ops::by_vhost(&spec.compiled).into_iter().collect();
     let request = Request {
         dry_run: args.dry_run,
         prune: args.prune,
@@ -116,7 +114,7 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
     }
     let exit = exit(&report, &args);
     drop(by_vhost);
-    crate::drop_aside((report, compiled, spec));
+    crate::drop_aside((report, spec));
     Ok(exit)
 }
 
@@ -140,8 +138,7 @@ fn run_saved(args: &Args, path: &std::path::Path, format: Format) -> Result<Exit
         Err(exit) => return Ok(exit),
     };
     let endpoint = args.broker.endpoint()?;
-    let compiled = compile(&spec);
-    let by_vhost: Vec<_> = ops::by_vhost(&compiled).into_iter().collect();
+    let by_vhost: Vec<_> = ops::by_vhost(&spec.compiled).into_iter().collect();
     let request = Request {
         dry_run: false,
         prune: saved.prune,

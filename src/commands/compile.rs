@@ -4,7 +4,6 @@ use anyhow::Result;
 
 use super::SpecArgs;
 use crate::Exit;
-use crate::compile::compile;
 use crate::model::Object;
 use crate::output::{self, Format};
 
@@ -21,12 +20,12 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
         Ok(spec) => spec,
         Err(exit) => return Ok(exit),
     };
-    let compiled = compile(&spec);
+    let compiled = &spec.compiled;
     if format == Format::Json {
         output::listing("topologies", &compiled)?;
         return Ok(Exit::Ok);
     }
-    for c in &compiled {
+    for c in compiled {
         let t = &c.topology;
         output::print(&format!(
             "topology {} (vhost {}, {} {}, {} attempt(s))",

@@ -20,7 +20,7 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
         Ok(spec) => spec,
         Err(exit) => return Ok(exit),
     };
-    let contracts: Vec<_> = spec.topologies.iter().map(contract).collect();
+    let contracts: Vec<_> = spec.topologies().map(contract).collect();
     if format == Format::Json {
         output::listing("contracts", &contracts)?;
         return Ok(Exit::Ok);

@@ -5,7 +5,6 @@ use anyhow::Result;
 
 use super::{BrokerArgs, SpecArgs};
 use crate::Exit;
-use crate::compile::compile;
 use crate::ops::diff::{Entry, Report, Status, Subject};
 use crate::ops::{self};
 use crate::output::{self, Format};
@@ -38,8 +37,7 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
         Err(exit) => return Ok(exit),
     };
     let endpoint = endpoint?;
-    let compiled = compile(&spec);
-    let by_vhost: Vec<_> = ops::by_vhost(&compiled).into_iter().collect();
+    let by_vhost: Vec<_> = ops::by_vhost(&spec.compiled).into_iter().collect();
     let report = ops::diff::run(&endpoint, &by_vhost, early)?;
     match format {
         Format::Json => output::document(&report)?,
@@ -47,7 +45,7 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
     }
     let exit = if report.in_sync { Exit::Ok } else { Exit::Drift };
     drop(by_vhost);
-    crate::drop_aside((report, compiled, spec));
+    crate::drop_aside((report, spec));
     Ok(exit)
 }
 

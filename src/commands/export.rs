@@ -5,7 +5,6 @@ use anyhow::Result;
 
 use super::SpecArgs;
 use crate::Exit;
-use crate::compile::compile;
 use crate::output;
 
 /// Print the spec as RabbitMQ definitions (JSON), for `rabbitmqctl import_definitions`.
@@ -23,6 +22,6 @@ pub fn run(args: Args) -> Result<Exit> {
         Ok(spec) => spec,
         Err(exit) => return Ok(exit),
     };
-    output::json(&crate::definitions::definitions(&compile(&spec)))?;
+    output::json(&crate::definitions::definitions(&spec.compiled))?;
     Ok(Exit::Ok)
 }

@@ -10,7 +10,6 @@ use anyhow::Result;
 
 use super::{BrokerArgs, SpecArgs};
 use crate::Exit;
-use crate::compile::compile;
 use crate::model::{Destination, ExchangeName, QueueName};
 use crate::network::{DeadLetter, Network, Reason};
 use crate::{ops, output};
@@ -82,8 +81,7 @@ pub fn run(args: Args) -> Result<Exit> {
             Ok(spec) => spec,
             Err(exit) => return Ok(exit),
         };
-        let compiled = compile(&spec);
-        ops::by_vhost(&compiled)
+        ops::by_vhost(&spec.compiled)
             .into_iter()
             .map(|(v, t)| (v.to_string(), Network::from_compiled(&t, crate::version::CURRENT)))
             .collect()
@@ -260,8 +258,7 @@ mod tests {
 
     fn spec_networks(toml: &str) -> Vec<(String, Network)> {
         let spec = crate::spec::from_str("t.toml", toml).unwrap_or_else(|e| panic!("{}", e.render_plain()));
-        let compiled = compile(&spec);
-        ops::by_vhost(&compiled)
+        ops::by_vhost(&spec.compiled)
             .into_iter()
             .map(|(v, t)| (v.to_string(), Network::from_compiled(&t, crate::version::CURRENT)))
             .collect()

@@ -6,7 +6,6 @@ use anyhow::Result;
 
 use super::{BrokerArgs, SpecArgs};
 use crate::Exit;
-use crate::compile::compile;
 use crate::live::Placement;
 use crate::model::QueueName;
 use crate::network::{DeadLetter, End, Path};
@@ -55,8 +54,7 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
             Ok(spec) => spec,
             Err(exit) => return Ok(exit),
         };
-        let compiled = compile(&spec);
-        for (vhost, topologies) in ops::by_vhost(&compiled) {
+        for (vhost, topologies) in ops::by_vhost(&spec.compiled) {
             let names: BTreeSet<QueueName> = crate::plan::desired_queues(&topologies).into_iter().cloned().collect();
             scopes.push(Scope { vhost: vhost.to_string(), queues: Some(names) });
         }

@@ -4,7 +4,6 @@ use anyhow::Result;
 
 use super::SpecArgs;
 use crate::Exit;
-use crate::compile::compile;
 use crate::hazard::{self, Finding};
 use crate::network::Network;
 use crate::output::{self, Format};
@@ -28,12 +27,11 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
         Ok(spec) => spec,
         Err(exit) => return Ok(exit),
     };
-    let compiled = compile(&spec);
-    let mut findings: Vec<Finding> = crate::ops::by_vhost(&compiled)
+    let mut findings: Vec<Finding> = crate::ops::by_vhost(&spec.compiled)
         .values()
         .flat_map(|t| hazard::check(&Network::from_compiled(t, args.broker_version)))
         .collect();
-    findings.extend(hazard::check_spec(&spec.topologies));
+    findings.extend(hazard::check_spec(spec.topologies()));
     match format {
         Format::Json => output::document(&serde_json::json!({
             "broker_version": args.broker_version.to_string(),
@@ -44,7 +42,7 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
             lines.push(match findings.len() {
                 0 => format!(
                     "Clean: no hazard in {} topologies, judged as RabbitMQ {} runs them.",
-                    compiled.len(),
+                    spec.compiled.len(),
                     args.broker_version
                 ),
                 n => format!("{n} hazard(s)."),

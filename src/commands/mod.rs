@@ -202,7 +202,7 @@ pub fn validated(sources: spec::Sources, vhost: Option<&str>) -> Result<Spec, Ex
     }
     match spec::from_sources(sources, vhost) {
         Ok(spec) => {
-            output::narrate(|| format!("spec: {} topologies read from {}", spec.topologies.len(), names.join(", ")));
+            output::narrate(|| format!("spec: {} topologies read from {}", spec.compiled.len(), names.join(", ")));
             Ok(spec)
         }
         Err(e) => Err(load_failed(LoadError::Invalid(e))),

@@ -95,7 +95,7 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
             humantime::format_duration(newer)
         );
     }
-    let known: BTreeSet<&str> = spec.topologies.iter().map(|t| t.name.as_str()).collect();
+    let known: BTreeSet<&str> = spec.topologies().map(|t| t.name.as_str()).collect();
     if let Some(unknown) = args.topology.iter().find(|n| !known.contains(n.as_str())) {
         bail!(
             "no topology `{unknown}` in the spec; it has {}",
@@ -103,8 +103,7 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
         );
     }
     let targets = spec
-        .topologies
-        .iter()
+        .topologies()
         .filter(|t| args.topology.is_empty() || args.topology.contains(&t.name))
         .map(|t| Target {
             topology: t.name.clone(),

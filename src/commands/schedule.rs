@@ -5,7 +5,6 @@ use anyhow::Result;
 
 use super::SpecArgs;
 use crate::Exit;
-use crate::compile::compile;
 use crate::output::{self, Format};
 use crate::schedule::schedule;
 
@@ -22,7 +21,7 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
         Ok(spec) => spec,
         Err(exit) => return Ok(exit),
     };
-    let schedules: Vec<_> = compile(&spec).iter().map(schedule).collect();
+    let schedules: Vec<_> = spec.compiled.iter().map(schedule).collect();
     if format == Format::Json {
         output::listing("schedules", &schedules)?;
         return Ok(Exit::Ok);

@@ -13,7 +13,7 @@ pub use names::GeneratedName;
 use crate::model::{
     ArgValue, Arguments, Binding, Exchange, ExchangeName, ExchangeType, Object, Queue, QueueName, Role, arg,
 };
-use crate::spec::{QueueType, Spec, Strategy, Topology};
+use crate::spec::{QueueType, Strategy, Topology};
 
 /// A quorum dead-letter queue's delivery limit. The queue is terminal, so a message over the
 /// limit would be dropped. RabbitMQ 4.x applies a default of 20 when none is set, and on 3.10
@@ -35,10 +35,6 @@ impl CompiledTopology {
     pub fn queue(&self, name: &str) -> Option<&Queue> {
         self.queues().find(|q| q.name == name)
     }
-}
-
-pub fn compile(spec: &Spec) -> Vec<CompiledTopology> {
-    spec.topologies.iter().map(compile_topology).collect()
 }
 
 pub fn compile_topology(t: &Topology) -> CompiledTopology {

@@ -661,9 +661,9 @@ fn compile_keeps_every_topology_in_order() {
     "#,
     )
     .unwrap_or_else(|e| panic!("{}", e.render_plain()));
-    let all = compile(&spec);
+    let all = &spec.compiled;
     assert_eq!(all.len(), 2);
-    for (c, t) in all.iter().zip(&spec.topologies) {
+    for (c, t) in all.iter().zip(spec.topologies()) {
         assert_eq!(c.topology.name, t.name);
         assert_eq!(c.objects, compile_topology(t).objects);
     }

@@ -587,8 +587,8 @@ fn join(queues: &[QueueName]) -> String {
 
 /// Rules on what the spec says rather than on what it compiles to: `lint` runs them, `inspect`
 /// cannot (a live vhost has no contract).
-pub fn check_spec(topologies: &[crate::spec::Topology]) -> Vec<Finding> {
-    topologies.iter().filter_map(idempotency_key_unstated).collect()
+pub fn check_spec<'t>(topologies: impl Iterator<Item = &'t crate::spec::Topology>) -> Vec<Finding> {
+    topologies.filter_map(idempotency_key_unstated).collect()
 }
 
 /// idempotency-key-unstated: the contract falls back on the message id, and nothing in the spec
@@ -643,18 +643,17 @@ fn dead_letter_cycles(n: &Network, out: &mut Vec<Finding>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compile::compile;
     use crate::spec;
 
     fn lint(toml: &str) -> Vec<Finding> {
-        let c = compile(&spec::from_str("t.toml", toml).unwrap_or_else(|e| panic!("{}", e.render_plain())));
+        let c = spec::from_str("t.toml", toml).unwrap_or_else(|e| panic!("{}", e.render_plain())).compiled;
         check(&Network::from_compiled(&c.iter().collect::<Vec<_>>(), crate::version::CURRENT))
     }
 
     #[test]
     fn a_ttl_shorter_than_a_native_schedule_is_found() {
         let toml = "[topology.orders]\nstrategy = \"native\"\nbackoff = { initial = \"1s\", max = \"3s\", shape = \"linear\" }\nmax_attempts = 5\n";
-        let c = compile(&spec::from_str("t.toml", toml).unwrap_or_else(|e| panic!("{}", e.render_plain())));
+        let c = spec::from_str("t.toml", toml).unwrap_or_else(|e| panic!("{}", e.render_plain())).compiled;
         let mut n = Network::from_compiled(&c.iter().collect::<Vec<_>>(), crate::version::CURRENT);
         assert_eq!(check(&n), vec![], "hopper's own native topology is clean");
         // Retries wait 1 + 2 + 3 + 3 = 9 s: a TTL of 8 s cuts the last one short, 9 s does not.
@@ -741,14 +740,14 @@ mod tests {
             spec::from_str("t.toml", &format!("{extra}[topology.orders]\nstrategy = \"chain\"\ndelays = [\"1s\"]\n"))
                 .unwrap_or_else(|e| panic!("{}", e.render_plain()))
         };
-        let findings = check_spec(&spec("").topologies);
+        let findings = check_spec(spec("").topologies());
         assert_eq!(findings.len(), 1, "{findings:#?}");
         let f = &findings[0];
         assert_eq!((f.rule, f.severity), (Rule::IdempotencyKeyUnstated, Severity::Warning));
         assert_eq!(f.queues, ["orders", "orders.attempt-2"], "the queues consumers read");
         assert!(f.message.contains("idempotency_key = \"message_id\""), "{}", f.message);
         for stated in ["idempotency_key = \"message_id\"\n", "idempotency_key = { header = \"order-id\" }\n"] {
-            assert_eq!(check_spec(&spec(&format!("[defaults]\n{stated}")).topologies), vec![], "{stated}");
+            assert_eq!(check_spec(spec(&format!("[defaults]\n{stated}")).topologies()), vec![], "{stated}");
         }
     }
 

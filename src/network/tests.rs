@@ -1,9 +1,8 @@
 use super::*;
-use crate::compile::compile;
 use crate::spec;
 
 fn network(toml: &str) -> Network {
-    let c = compile(&spec::from_str("t.toml", toml).unwrap_or_else(|e| panic!("{}", e.render_plain())));
+    let c = spec::from_str("t.toml", toml).unwrap_or_else(|e| panic!("{}", e.render_plain())).compiled;
     Network::from_compiled(&c.iter().collect::<Vec<_>>(), crate::version::CURRENT)
 }
 

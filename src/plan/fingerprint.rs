@@ -216,7 +216,7 @@ mod tests {
     fn compiled() -> Vec<CompiledTopology> {
         let spec = crate::spec::from_str("t.toml", "[topology.orders]\ndelays = [\"5s\"]\n")
             .unwrap_or_else(|e| panic!("{}", e.render_plain()));
-        crate::compile::compile(&spec)
+        spec.compiled
     }
 
     fn live() -> Live {

@@ -1,5 +1,5 @@
 use super::*;
-use crate::compile::{GeneratedName, compile};
+use crate::compile::GeneratedName;
 use crate::live::LiveExchange;
 use std::sync::Arc;
 
@@ -11,7 +11,7 @@ fn prune(prune: bool) -> Options {
 }
 
 fn compiled(toml: &str) -> Vec<CompiledTopology> {
-    compile(&spec::from_str("t.toml", toml).unwrap_or_else(|e| panic!("{}", e.render_plain())))
+    spec::from_str("t.toml", toml).unwrap_or_else(|e| panic!("{}", e.render_plain())).compiled
 }
 
 const ORDERS: &str = r#"

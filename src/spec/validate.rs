@@ -11,6 +11,7 @@ use super::{
     DEFAULT_JITTER_BUCKETS, ExchangeType, IdempotencyKey, Jitter, MAX_ATTEMPTS, MAX_JITTER_BUCKETS, MAX_TTL_MS,
     QueueType, Strategy, Topology,
 };
+use crate::compile::CompiledTopology;
 use crate::diagnostic::Diagnostic;
 use crate::model::{QueueName, Role, is_unsafe_char};
 
@@ -18,7 +19,9 @@ use crate::model::{QueueName, Role, is_unsafe_char};
 /// that a collision is reported where the user can fix it.
 struct Placed {
     topology: Topology,
-    /// Its queues and what each is for, once it is known to compile.
+    /// What it compiles to, once every value is known to be good.
+    compiled: Option<CompiledTopology>,
+    /// Its queues and what each is for, once compiled.
     roles: Vec<(QueueName, Role)>,
     explicit_dead_letter_queue: bool,
     explicit_retry_exchange: bool,
@@ -37,7 +40,7 @@ pub(super) fn validate(
     vhost_override: Option<&str>,
     sources: &crate::diagnostic::Sources,
     diags: &mut Vec<Diagnostic>,
-) -> Vec<Topology> {
+) -> Vec<CompiledTopology> {
     let mut placed = Vec::new();
     let mut origins: BTreeMap<String, Loc<String>> = BTreeMap::new();
     for draft in drafts {
@@ -61,7 +64,9 @@ pub(super) fn validate(
             continue;
         }
         let mut p = p;
-        p.roles = roles(&p.topology);
+        let compiled = crate::compile::compile_topology(&p.topology);
+        p.roles = roles(&compiled);
+        p.compiled = Some(compiled);
         check_generated_names(&p, diags);
         if diags.len() == before {
             check_within(&p, diags);
@@ -71,7 +76,7 @@ pub(super) fn validate(
         }
     }
     check_collisions(&placed, diags);
-    placed.into_iter().map(|p| p.topology).collect()
+    placed.into_iter().filter_map(|p| p.compiled).collect()
 }
 
 fn one_of<T: Copy>(
@@ -366,6 +371,7 @@ fn topology(
         file: sources.path(name.file).to_path_buf(),
     };
     Placed {
+        compiled: None,
         roles: Vec::new(),
         explicit_dead_letter_queue: f.dead_letter_queue.is_some(),
         explicit_retry_exchange: f.retry_exchange.is_some(),
@@ -729,9 +735,8 @@ fn check_generated_names(p: &Placed, diags: &mut Vec<Diagnostic>) {
 /// Every queue a topology declares, with what each one is for, as the compiler makes them (the
 /// names are derived in one place only): work queues by attempt, then wait queues, then the
 /// dead-letter queue.
-fn roles(t: &Topology) -> Vec<(QueueName, Role)> {
-    let mut all: Vec<(QueueName, Role)> =
-        crate::compile::compile_topology(t).queues().map(|q| (q.name.clone(), q.role.clone())).collect();
+fn roles(compiled: &CompiledTopology) -> Vec<(QueueName, Role)> {
+    let mut all: Vec<(QueueName, Role)> = compiled.queues().map(|q| (q.name.clone(), q.role.clone())).collect();
     all.sort_by_key(|(_, role)| match role {
         Role::Work { attempt } => (0, attempt.unwrap_or(1)),
         Role::Wait { hops, .. } => (1, hops.first().copied().unwrap_or(0)),

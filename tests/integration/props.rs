@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use hopper::compile::{CompiledTopology, compile};
+use hopper::compile::CompiledTopology;
 use hopper::hazard;
 use hopper::model::{Key, Object};
 use hopper::network::Network;
@@ -194,7 +194,7 @@ fn compiled(files: &[(String, String)]) -> Vec<CompiledTopology> {
         sources.add(name.into(), text.clone());
     }
     match hopper::spec::from_sources(sources, None) {
-        Ok(spec) => compile(&spec),
+        Ok(spec) => spec.compiled,
         Err(e) => panic!(
             "a generated spec was refused:\n{}\n{}",
             e.render_plain(),
@@ -241,7 +241,7 @@ proptest! {
         // spec is then refused, rightly, and says nothing about identities.
         let spec = hopper::spec::from_str("spec.toml", &text);
         prop_assume!(spec.is_ok());
-        let compiled = compile(&spec.ok().unwrap());
+        let compiled = spec.ok().unwrap().compiled;
         let group: Vec<&CompiledTopology> = compiled.iter().collect();
         let desired = hopper::plan::desired(&group);
         let one = hopper::model::Binding::to_queue(arrow(&p, &q), r.as_str(), arrow(&q, &r));
