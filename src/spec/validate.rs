@@ -76,7 +76,9 @@ pub(super) fn validate(
         }
     }
     check_collisions(&placed, diags);
-    placed.into_iter().filter_map(|p| p.compiled).collect()
+    // A topology is placed only once compiled: one without would be missing from the spec, and
+    // every plan would read its objects as left over.
+    placed.into_iter().map(|p| p.compiled.expect("a placed topology is compiled")).collect()
 }
 
 fn one_of<T: Copy>(
