@@ -116,7 +116,14 @@ pub struct Options {
     /// `Quiet`. `None` does not wait; the test suite, which runs beside other tests, waits a
     /// second.
     pub settle: Option<Duration>,
+    /// After `repeats` rounds of reads, more rounds (at most `MAX_ROUNDS`) while a size's
+    /// reads have taken less than this: at 500 topologies a round costs seconds, at 10,000
+    /// a minute, and the paired ratio's interval narrows with rounds, not with minutes.
+    pub read_for: Option<Duration>,
 }
+
+/// The most rounds of reads at one size, however cheap a round is.
+pub const MAX_ROUNDS: usize = 99;
 
 /// The machine's CPUs, idle enough to measure on. hopper and the broker share this machine's
 /// cores, so anything else busy (the broker of the previous size, or another broker still
@@ -218,6 +225,83 @@ impl Step {
     pub fn peak_mb(&self) -> Option<f64> {
         self.samples.iter().filter_map(|s| s.peak_mb).reduce(f64::max)
     }
+}
+
+/// A hopper read against the listing, round by round: each round's time divided by the same
+/// round's listing. The two reads of a round are seconds apart, on the same broker state and
+/// the same share of the machine; two medians taken over minutes are not, and on this machine
+/// their ratio moved by a fifth between runs of the same code (README, "Where the target
+/// stands").
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Paired {
+    pub rounds: usize,
+    /// The median of the rounds' ratios.
+    pub median: f64,
+    /// An interval that holds the true median ratio with at least 95% confidence, from the
+    /// order statistics of the ratios (no assumption about their distribution); `None` under 6
+    /// rounds, too few for one.
+    pub interval: Option<(f64, f64)>,
+}
+
+/// Where a paired figure stands against a bound such as the issue's 1.2×.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The whole interval is at or under the bound.
+    Within,
+    /// The whole interval is over it.
+    Over,
+    /// The interval straddles it, or there are too few rounds for one.
+    Undecided,
+}
+
+impl Paired {
+    /// `step`'s samples over `listing`'s, pairing them by position: `measure_size` pushes one
+    /// of each a round, in round order.
+    pub fn of(step: &Step, listing: &Step) -> Option<Paired> {
+        if step.samples.len() != listing.samples.len() {
+            return None;
+        }
+        let mut ratios: Vec<f64> = step
+            .samples
+            .iter()
+            .zip(&listing.samples)
+            .filter(|(_, l)| l.secs > 0.0)
+            .map(|(s, l)| s.secs / l.secs)
+            .collect();
+        ratios.sort_by(f64::total_cmp);
+        let rounds = ratios.len();
+        let median = median(ratios.clone())?;
+        let interval = median_interval(rounds).map(|(lo, hi)| (ratios[lo], ratios[hi]));
+        Some(Paired { rounds, median, interval })
+    }
+
+    pub fn verdict(&self, bound: f64) -> Verdict {
+        match self.interval {
+            Some((_, hi)) if hi <= bound => Verdict::Within,
+            Some((lo, _)) if lo > bound => Verdict::Over,
+            _ => Verdict::Undecided,
+        }
+    }
+}
+
+/// The positions (0-based, in sorted order) of a distribution-free confidence interval of at
+/// least 95% for the median of `n` samples: the widest-inward pair `(k, n-1-k)` for which the
+/// chance that fewer than `k+1` samples fall below the median, `P(Binomial(n, 1/2) <= k)`, is
+/// at most 2.5% on each side. `None` under 6 samples (even the extremes then cover less).
+pub fn median_interval(n: usize) -> Option<(usize, usize)> {
+    // P(B <= k), summed term by term: C(n, i) / 2^n, the terms kept as floats (n <= 99).
+    let mut term = 0.5f64.powi(i32::try_from(n).ok()?);
+    let mut below = 0.0;
+    let mut best = None;
+    for k in 0..n / 2 {
+        below += term;
+        if below > 0.025 {
+            break;
+        }
+        best = Some((k, n - 1 - k));
+        term = term * (n - k) as f64 / (k + 1) as f64;
+    }
+    best
 }
 
 fn median(mut v: Vec<f64>) -> Option<f64> {
@@ -833,7 +917,13 @@ impl Run<'_> {
         // each coprime with 5, so still every read once) moves them.
         self.say("no-op apply, diff, dry run, inspect, listing");
         let mut hurried = 0;
-        for round in 0..options.repeats {
+        let reads = Instant::now();
+        let more = |round: usize| {
+            round < options.repeats
+                || (round < MAX_ROUNDS && options.read_for.is_some_and(|limit| reads.elapsed() < limit))
+        };
+        let mut round = 0;
+        while more(round) {
             let stride = round % 4 + 1;
             for which in (0..5).map(|i| (i * stride + round) % 5) {
                 // A read leaves the broker busy for a moment after its answer (closing
@@ -876,11 +966,12 @@ impl Run<'_> {
                     }
                 }
             }
+            round += 1;
         }
         if hurried > 0 {
             result.notes.push(format!(
                 "{hurried} of {} reads began before the machine had been quiet for half a second: they may be slow",
-                5 * options.repeats
+                5 * round
             ));
         }
         vhosts.delete(&applied)?;
@@ -1289,7 +1380,7 @@ pub fn markdown(report: &Report, commit: &str, date: &str) -> String {
     let against_listing = |get: fn(&SizeResult) -> &Step| -> Cell {
         Box::new(move |s| {
             let t = secs(get(s))?;
-            let r = ratio(get(s).median(), s.listing.median()).map(|r| format!(" (**{r}**)")).unwrap_or_default();
+            let r = Paired::of(get(s), &s.listing).map(|p| format!(" ({})", paired(&p, true))).unwrap_or_default();
             Some(format!("{t}{}{r}", mem(get(s))))
         })
     };
@@ -1341,10 +1432,18 @@ pub fn markdown(report: &Report, commit: &str, date: &str) -> String {
         }
         let _ = writeln!(out, "{line}");
     }
+    let rounds: Vec<String> = sizes.iter().map(|s| s.listing.samples.len().to_string()).collect();
     let _ = writeln!(
         out,
-        "\nMedian wall time of {} runs ({} for first apply and each import, each into a fresh vhost); {}.",
-        report.repeats, report.fresh, report.machine
+        "\nMedian wall time of {} runs ({} for first apply and each import, each into a fresh vhost; the reads: {} rounds); {}.",
+        report.repeats,
+        report.fresh,
+        rounds.join(", "),
+        report.machine
+    );
+    let _ = writeln!(
+        out,
+        "÷ listing: the median of each round's time over the same round's listing, then the range that holds the true median with at least 95% confidence (order statistics: no assumption about the distribution; none under 6 rounds)."
     );
     let busy: Vec<String> = sizes.iter().filter_map(|s| s.settled).map(|s| format!("{:.0}%", s.busy * 100.0)).collect();
     if !busy.is_empty() {
@@ -1364,6 +1463,93 @@ pub fn markdown(report: &Report, commit: &str, date: &str) -> String {
         }
     }
     out
+}
+
+/// `**1.08×**, 1.02–1.15`: the median ratio (bold or not), then its interval.
+fn paired(p: &Paired, bold: bool) -> String {
+    let median = if bold { format!("**{:.2}×**", p.median) } else { format!("{:.2}×", p.median) };
+    match p.interval {
+        Some((lo, hi)) => format!("{median}, {lo:.2}–{hi:.2}"),
+        None => median,
+    }
+}
+
+/// Issue 13's bound: a no-op apply and `diff` within 1.2× the cheapest complete listing.
+pub const TARGET: f64 = 1.2;
+
+/// The target table's header, the README's.
+const TARGET_HEADER: &str = "| RabbitMQ | topologies | rounds | no-op apply ÷ listing | `diff` ÷ listing | against 1.2× | hopper |\n|---|---|---|---|---|---|---|\n";
+
+/// A broker's rows of the target table, one a size: the no-op apply's and `diff`'s paired
+/// ratios and, from their intervals, where the size stands. Within only when both intervals
+/// are at or under the bound; over when either is wholly above it.
+pub fn target_rows(report: &Report, commit: &str) -> Vec<String> {
+    let mut rows = vec![];
+    for s in &report.sizes {
+        let (Some(noop), Some(diff)) = (Paired::of(&s.noop, &s.listing), Paired::of(&s.diff, &s.listing)) else {
+            continue;
+        };
+        let verdict = match (noop.verdict(TARGET), diff.verdict(TARGET)) {
+            (Verdict::Within, Verdict::Within) => "**within**",
+            (Verdict::Over, _) | (_, Verdict::Over) => "**over**",
+            _ => "undecided",
+        };
+        rows.push(format!(
+            "| {} | {} | {} | {} | {} | {verdict} | {commit} |",
+            report.version,
+            thousands(s.topologies),
+            noop.rounds,
+            paired(&noop, false),
+            paired(&diff, false)
+        ));
+    }
+    rows
+}
+
+/// The README's target table with `rows` in place of those for the same RabbitMQ minor
+/// version and size: a run of one broker or one size leaves the others as they were.
+pub fn replace_target_rows(text: &str, rows: &[String]) -> Result<String> {
+    // "| 4.3.6 | 2,000 | ..." -> ((4, 3), 2000)
+    fn key(row: &str) -> Option<((u32, u32), usize)> {
+        let mut cells = row.strip_prefix("| ")?.split(" | ");
+        let mut version = cells.next()?.split('.').map(|p| p.parse::<u32>().ok());
+        let topologies = cells.next()?.replace(',', "").parse().ok()?;
+        Some(((version.next()??, version.next()??), topologies))
+    }
+    replace_rows(text, "target", TARGET_HEADER, rows, key)
+}
+
+/// The README's `--move` table (between `<!-- bench:move:begin -->` and its end marker) with
+/// `rows` in place of those for the same RabbitMQ minor version and queue type: a run measures
+/// one queue type, so the other rows stay as they were.
+pub fn replace_move_rows(text: &str, rows: &[String]) -> Result<String> {
+    // "| 4.3.6, quorum | ..." -> ((4, 3), "quorum")
+    fn key(row: &str) -> Option<((u32, u32), String)> {
+        let cell = row.strip_prefix("| ")?.split(" |").next()?;
+        let (version, queue_type) = cell.split_once(", ")?;
+        let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
+        Some(((parts.next()??, parts.next()??), queue_type.to_string()))
+    }
+    replace_rows(text, "move", MOVE_HEADER, rows, key)
+}
+
+/// The table between `NAME`'s markers, its rows keyed by `key`: `rows` replace those with the
+/// same key, the others stay, and all are sorted by key under `header`.
+fn replace_rows<K: Ord>(
+    text: &str,
+    name: &str,
+    header: &str,
+    rows: &[String],
+    key: fn(&str) -> Option<K>,
+) -> Result<String> {
+    let begin = format!("<!-- bench:{name}:begin -->");
+    let start = text.find(&begin).ok_or_else(|| anyhow!("no `{begin}` marker"))? + begin.len();
+    let block = &text[start..start + text[start..].find(&format!("<!-- bench:{name}:end -->")).unwrap_or(0)];
+    let mut table: Vec<String> = block.lines().filter(|l| key(l).is_some()).map(String::from).collect();
+    table.retain(|old| !rows.iter().any(|new| key(new) == key(old)));
+    table.extend(rows.iter().cloned());
+    table.sort_by_key(|row| key(row));
+    replace_between_markers(text, name, &format!("{header}{}\n", table.join("\n")))
 }
 
 /// Replaces the text between `<!-- bench:NAME:begin -->` and `<!-- bench:NAME:end -->`.
@@ -1417,27 +1603,6 @@ pub fn move_markdown(results: &[MoveResult], options: &Options, commit: &str, da
     out
 }
 
-/// The README's `--move` table (between `<!-- bench:move:begin -->` and its end marker) with
-/// `rows` in place of those for the same RabbitMQ minor version and queue type: a run measures
-/// one queue type, so the other rows stay as they were.
-pub fn replace_move_rows(text: &str, rows: &[String]) -> Result<String> {
-    // "| 4.3.6, quorum | ..." -> ((4, 3), "quorum")
-    fn key(row: &str) -> Option<((u32, u32), String)> {
-        let cell = row.strip_prefix("| ")?.split(" |").next()?;
-        let (version, queue_type) = cell.split_once(", ")?;
-        let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
-        Some(((parts.next()??, parts.next()??), queue_type.to_string()))
-    }
-    let begin = "<!-- bench:move:begin -->";
-    let start = text.find(begin).ok_or_else(|| anyhow!("no `{begin}` marker"))? + begin.len();
-    let block = &text[start..start + text[start..].find("<!-- bench:move:end -->").unwrap_or(0)];
-    let mut table: Vec<String> = block.lines().filter(|l| key(l).is_some()).map(String::from).collect();
-    table.retain(|old| !rows.iter().any(|new| key(new) == key(old)));
-    table.extend(rows.iter().cloned());
-    table.sort_by_key(|row| key(row));
-    replace_between_markers(text, "move", &format!("{MOVE_HEADER}{}\n", table.join("\n")))
-}
-
 /// No broker: one spec file of `n` topologies (the same shape, classic queues), each offline
 /// command's wall time and peak memory.
 pub fn offline_table(hopper: &Path, n: usize) -> Result<String> {
@@ -1483,7 +1648,7 @@ pub fn offline_table(hopper: &Path, n: usize) -> Result<String> {
 const USAGE: &str = "\
 usage: scripts/bench [--broker 3.10|4.0|4.3]... [--sizes 500,2000,10000] [--repeats 3]
                      [--fresh-repeats 1] [--queue-type classic|quorum] [--force]
-                     [--settle 300] [--write README.md] [--bin PATH]
+                     [--settle 300] [--read-for 240] [--write README.md] [--bin PATH]
        scripts/bench --move N [--move-bytes 512] [--broker ...]... [--repeats 3]
                      [--queue-type classic|quorum] [--write README.md] [--bin PATH]
        scripts/bench --offline N
@@ -1493,6 +1658,11 @@ Every broker of the matrix (or those given), at each size: hopper against the br
 and the cheapest complete listing. The Markdown goes to stdout, progress to stderr; --write
 replaces each broker's table between its markers (<!-- bench:3.10:begin --> ... end -->).
 Interrupted (Ctrl-C), it leaves its vhosts (hb<pid>-...) on the broker.
+--repeats N: runs of each offline step, and the least rounds of reads (one of each read a round).
+--read-for S: after those, more rounds of reads (at most 99) while a size's reads have taken less
+than S seconds; 0 runs only --repeats rounds. The target rows (each round's no-op apply and diff
+over the same round's listing, with a 95% interval of the median) go under each table, and --write
+replaces that broker and size's rows between <!-- bench:target:begin --> and its end marker.
 --settle S: before each size's reads, wait up to S seconds for the machine to be quiet (at most
 10% busy for two seconds); 0 does not wait.
 --bin: the hopper binary (default: target/release/hopper beside this program).
@@ -1530,6 +1700,7 @@ fn cli() -> Result<()> {
         verbose: true,
         move_bytes: 512,
         settle: Some(Duration::from_secs(300)),
+        read_for: Some(Duration::from_secs(240)),
     };
     let mut write = None;
     let mut offline = None;
@@ -1556,6 +1727,10 @@ fn cli() -> Result<()> {
             "--settle" => {
                 let secs: u64 = value()?.parse()?;
                 options.settle = (secs > 0).then(|| Duration::from_secs(secs));
+            }
+            "--read-for" => {
+                let secs: u64 = value()?.parse()?;
+                options.read_for = (secs > 0).then(|| Duration::from_secs(secs));
             }
             "-h" | "--help" => {
                 println!("{USAGE}");
@@ -1635,11 +1810,17 @@ fn cli() -> Result<()> {
                     failed = Some(anyhow!("RabbitMQ {}: {why}", broker.name));
                 }
                 let table = markdown(&report, &commit, &date);
-                println!("{table}");
+                let rows = target_rows(&report, &commit);
+                println!("{table}\n{TARGET_HEADER}{}\n", rows.join("\n"));
                 if let Some(readme) = &write {
                     let text = fs::read_to_string(readme)?;
-                    fs::write(readme, replace_between_markers(&text, &broker.name, &table)?)?;
-                    eprintln!("bench: wrote RabbitMQ {}'s table into {}", broker.name, readme.display());
+                    let text = replace_between_markers(&text, &broker.name, &table)?;
+                    fs::write(readme, replace_target_rows(&text, &rows)?)?;
+                    eprintln!(
+                        "bench: wrote RabbitMQ {}'s table and target rows into {}",
+                        broker.name,
+                        readme.display()
+                    );
                 }
             }
             Err(e) => {

@@ -18,6 +18,7 @@ fn options() -> bench::Options {
         verbose: false,
         move_bytes: 512,
         settle: Some(std::time::Duration::from_secs(1)),
+        read_for: None,
     }
 }
 
@@ -85,6 +86,21 @@ async fn small_run(broker: Broker) {
             "the README's {name} table lacks the row {label:?}: re-run scripts/bench --write README.md"
         );
     }
+
+    // The target rows: one for the size, its rounds paired (2 rounds: too few for an
+    // interval, so undecided), replacing only this broker and size's row in the README.
+    let rows = bench::target_rows(&report, "abc1234");
+    let [row] = &rows[..] else { panic!("{rows:?}") };
+    assert!(row.starts_with(&format!("| {} | 3 | 2 | ", report.version)), "{row}");
+    assert!(row.ends_with(" | undecided | abc1234 |"), "{row}");
+    let replaced = bench::replace_target_rows(&readme, &rows).unwrap();
+    assert!(replaced.contains(&format!("\n{row}\n")), "{replaced}");
+    assert_eq!(bench::replace_target_rows(&replaced, &rows).unwrap(), replaced, "not idempotent");
+    let target = |text: &str| {
+        let start = text.find("<!-- bench:target:begin -->").expect("the README's target table");
+        text[start..start + text[start..].find("<!-- bench:target:end -->").unwrap()].lines().count()
+    };
+    assert_eq!(target(&replaced), target(&readme) + 1, "a row added for a size the README does not have");
 }
 
 /// `--move` with 100 messages, once: each mover moves them all (the program checks the counts),
@@ -138,4 +154,72 @@ fn quiet_reads_proc_stat_and_waits_for_two_quiet_seconds() {
     assert!(!Quiet::settled(&[0.01, 0.5]));
     assert!(!Quiet::settled(&[0.01, 0.5, 0.02]));
     assert!(Quiet::settled(&[0.9, 0.5, 0.02, Quiet::BUSY]));
+}
+
+/// The paired figure: each round's read over the same round's listing, its median and a 95%
+/// interval from the order statistics, and where that interval stands against a bound.
+#[test]
+fn paired_ratios_pair_rounds_and_bound_the_median() {
+    use bench::{Paired, Sample, Step, Verdict};
+    let step =
+        |secs: &[f64]| Step { samples: secs.iter().map(|&secs| Sample { secs, peak_mb: None, cpu: None }).collect() };
+
+    // Round by round, not median over median: the listing slowed down in the later rounds and
+    // hopper with it, so each round's ratio is 1.1 while the medians' ratio would be 0.96.
+    let listing = step(&[1.0, 1.0, 1.0, 1.0, 3.0, 3.0, 3.0, 3.0, 3.0]);
+    let hopper = step(&[1.1, 1.1, 1.1, 1.1, 3.3, 3.3, 3.3, 3.3, 3.3]);
+    let p = Paired::of(&hopper, &listing).unwrap();
+    assert_eq!(p.rounds, 9);
+    assert!((p.median - 1.1).abs() < 1e-9, "{p:?}");
+    let (lo, hi) = p.interval.unwrap();
+    assert!((lo - 1.1).abs() < 1e-9 && (hi - 1.1).abs() < 1e-9, "{p:?}");
+    assert_eq!(p.verdict(1.2), Verdict::Within);
+
+    // Nine ratios 0.9, 1.0, ..., 1.7: the interval is the 2nd and 8th, 1.0 to 1.6.
+    let listing = step(&[1.0; 9]);
+    let p = Paired::of(&step(&[1.7, 0.9, 1.5, 1.0, 1.3, 1.1, 1.6, 1.2, 1.4]), &listing).unwrap();
+    assert!((p.median - 1.3).abs() < 1e-9, "{p:?}");
+    let (lo, hi) = p.interval.unwrap();
+    assert!((lo - 1.0).abs() < 1e-9 && (hi - 1.6).abs() < 1e-9, "{p:?}");
+    assert_eq!(p.verdict(1.2), Verdict::Undecided, "straddles the bound");
+    assert_eq!(p.verdict(1.6), Verdict::Within, "at the bound is within");
+    assert_eq!(p.verdict(0.95), Verdict::Over);
+
+    // Too few rounds for an interval: undecided whatever the median; unequal rounds: no pairs.
+    let few = Paired::of(&step(&[1.0; 5]), &step(&[1.0; 5])).unwrap();
+    assert_eq!((few.interval, few.verdict(1.2)), (None, Verdict::Undecided));
+    assert_eq!(Paired::of(&step(&[1.0; 5]), &step(&[1.0; 4])), None);
+}
+
+/// The interval's positions, checked against the exact binomial sums for every number of
+/// rounds the benchmark can run: at least 95% coverage, and one position further in would be
+/// under it (the narrowest such interval).
+#[test]
+fn median_interval_is_the_narrowest_with_95_percent_coverage() {
+    // P(Binomial(n, 1/2) <= k) * 2^n, exactly.
+    fn below(n: usize, k: usize) -> u128 {
+        let mut c = 1u128;
+        let mut sum = 0;
+        for i in 0..=k {
+            sum += c;
+            c = c * (n - i) as u128 / (i + 1) as u128;
+        }
+        sum
+    }
+    for n in 1..=bench::MAX_ROUNDS {
+        let total = 1u128 << n;
+        // Coverage of (k, n-1-k) is 1 - 2 P(B <= k); at least 95% is P(B <= k) <= 2.5%.
+        let covers = |k: usize| below(n, k) * 40 <= total;
+        match bench::median_interval(n) {
+            None => assert!(!covers(0), "{n} rounds have an interval"),
+            Some((k, hi)) => {
+                assert_eq!(hi, n - 1 - k, "{n}: symmetric");
+                assert!(covers(k), "{n}: ({k}, {hi}) covers less than 95%");
+                assert!(k + 1 >= n / 2 || !covers(k + 1), "{n}: ({}, {}) also covers 95%", k + 1, hi - 1);
+            }
+        }
+    }
+    assert_eq!(bench::median_interval(5), None);
+    assert_eq!(bench::median_interval(6), Some((0, 5)));
+    assert_eq!(bench::median_interval(9), Some((1, 7)));
 }
