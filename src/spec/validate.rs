@@ -16,13 +16,12 @@ use crate::diagnostic::Diagnostic;
 use crate::model::{QueueName, Role, is_unsafe_char};
 
 /// A valid topology, and where each of its names was written (or the name it derives from), so
-/// that a collision is reported where the user can fix it.
-struct Placed {
+/// that a collision is reported where the user can fix it. `C` is `()` until every value is
+/// known to be good, then what it compiles to: the names checks and the spec need a compiled
+/// topology, and the type says they have one.
+struct Placed<C = Compiled> {
     topology: Topology,
-    /// What it compiles to, once every value is known to be good.
-    compiled: Option<CompiledTopology>,
-    /// Its queues and what each is for, once compiled.
-    roles: Vec<(QueueName, Role)>,
+    compiled: C,
     explicit_dead_letter_queue: bool,
     explicit_retry_exchange: bool,
     explicit_dead_letter_exchange: bool,
@@ -33,6 +32,47 @@ struct Placed {
     exchange_type: Loc<String>,
     retry_exchange: Loc<String>,
     dead_letter_exchange: Loc<String>,
+}
+
+struct Compiled {
+    topology: CompiledTopology,
+    /// Its queues and what each is for.
+    roles: Vec<(QueueName, Role)>,
+}
+
+impl Placed<()> {
+    fn compile(self) -> Placed {
+        let Placed {
+            topology,
+            compiled: (),
+            explicit_dead_letter_queue,
+            explicit_retry_exchange,
+            explicit_dead_letter_exchange,
+            origin,
+            queue,
+            dead_letter_queue,
+            exchange,
+            exchange_type,
+            retry_exchange,
+            dead_letter_exchange,
+        } = self;
+        let compiled = crate::compile::compile_topology(&topology);
+        let roles = roles(&compiled);
+        Placed {
+            topology,
+            compiled: Compiled { topology: compiled, roles },
+            explicit_dead_letter_queue,
+            explicit_retry_exchange,
+            explicit_dead_letter_exchange,
+            origin,
+            queue,
+            dead_letter_queue,
+            exchange,
+            exchange_type,
+            retry_exchange,
+            dead_letter_exchange,
+        }
+    }
 }
 
 pub(super) fn validate(
@@ -63,10 +103,7 @@ pub(super) fn validate(
         if !complete || diags.len() > before {
             continue;
         }
-        let mut p = p;
-        let compiled = crate::compile::compile_topology(&p.topology);
-        p.roles = roles(&compiled);
-        p.compiled = Some(compiled);
+        let p = p.compile();
         check_generated_names(&p, diags);
         if diags.len() == before {
             check_within(&p, diags);
@@ -76,9 +113,7 @@ pub(super) fn validate(
         }
     }
     check_collisions(&placed, diags);
-    // A topology is placed only once compiled: one without would be missing from the spec, and
-    // every plan would read its objects as left over.
-    placed.into_iter().map(|p| p.compiled.expect("a placed topology is compiled")).collect()
+    placed.into_iter().map(|p| p.compiled.topology).collect()
 }
 
 fn one_of<T: Copy>(
@@ -106,7 +141,7 @@ fn topology(
     vhost_override: Option<&str>,
     sources: &crate::diagnostic::Sources,
     diags: &mut Vec<Diagnostic>,
-) -> Placed {
+) -> Placed<()> {
     let mut f = draft.fields;
     let name = &draft.name;
     check_name(name, "topology name", diags);
@@ -373,8 +408,7 @@ fn topology(
         file: sources.path(name.file).to_path_buf(),
     };
     Placed {
-        compiled: None,
-        roles: Vec::new(),
+        compiled: (),
         explicit_dead_letter_queue: f.dead_letter_queue.is_some(),
         explicit_retry_exchange: f.retry_exchange.is_some(),
         explicit_dead_letter_exchange: f.dead_letter_exchange.is_some(),
@@ -713,7 +747,7 @@ fn check_name(name: &Loc<String>, what: &str, diags: &mut Vec<Diagnostic>) {
 /// RabbitMQ 3.10, 4.0 and 4.3, such queues declare and work.)
 fn check_generated_names(p: &Placed, diags: &mut Vec<Diagnostic>) {
     let t = &p.topology;
-    let mut generated: Vec<String> = p.roles.iter().map(|(q, _)| q.to_string()).collect();
+    let mut generated: Vec<String> = p.compiled.roles.iter().map(|(q, _)| q.to_string()).collect();
     if !p.explicit_retry_exchange {
         generated.push(t.retry_exchange.to_string());
     }
@@ -751,7 +785,7 @@ fn roles(compiled: &CompiledTopology) -> Vec<(QueueName, Role)> {
 /// the main queue would send exhausted messages back into the retry path.
 fn check_within(p: &Placed, diags: &mut Vec<Diagnostic>) {
     let t = &p.topology;
-    let queues = &p.roles;
+    let queues = &p.compiled.roles;
     if let Some((_, role)) = queues.iter().find(|(q, r)| *q == t.dead_letter_queue && *r != Role::DeadLetter) {
         diags.push(
             p.dead_letter_queue
@@ -790,7 +824,7 @@ fn check_collisions(placed: &[Placed], diags: &mut Vec<Diagnostic>) {
         let t = &p.topology;
         // Every queue this topology shares with an earlier one, reported once per pair.
         let mut shared: BTreeMap<usize, (Vec<String>, &Loc<String>, String)> = BTreeMap::new();
-        for (q, role) in &p.roles {
+        for (q, role) in &p.compiled.roles {
             match queues.get(&(t.vhost.as_str(), q)) {
                 Some(&other) if other != i => {
                     let here = if *role == Role::DeadLetter { &p.dead_letter_queue } else { &p.queue };
