@@ -505,9 +505,20 @@ impl<'de> Deserialize<'de> for ListedQueue {
                         QueueField::State => q.state = map.next_value()?,
                         QueueField::Leader => q.leader = map.next_value()?,
                         QueueField::Members => q.members = map.next_value()?,
+                        // Not known is `null` or `""` (RabbitMQ's `''`, what a queue type's
+                        // `i/2` answers for an item it has no value for), as if not listed.
+                        // Anything else but a list of node names is refused: read as "no
+                        // member online", it would warn that every member is down.
                         QueueField::Online => {
-                            let listed: Vec<String> =
-                                serde_json::from_value(map.next_value::<Value>()?).unwrap_or_default();
+                            let listed = match map.next_value::<Value>()? {
+                                Value::Null => continue,
+                                Value::String(s) if s.is_empty() => continue,
+                                value => serde_json::from_value::<Vec<String>>(value.clone()).map_err(|_| {
+                                    A::Error::custom(format!(
+                                        "`online` of a queue is {value}, not a list of node names"
+                                    ))
+                                })?,
+                            };
                             q.online = Some(match q.online.take() {
                                 None => listed,
                                 Some(before) => before.into_iter().filter(|m| listed.contains(m)).collect(),
@@ -943,6 +954,27 @@ mod tests {
             ("classic", Some("n2"), None),
             "the last value, classic by default"
         );
+    }
+
+    #[test]
+    fn online_that_is_not_a_list_of_nodes_is_not_read_as_none_online() {
+        let queue = |online: &str| {
+            listed(&format!(
+                r#"[{{"name":"orders","type":"quorum","durable":true,"auto_delete":false,"members":["a","b"],{online}}}]"#
+            ))
+        };
+        assert_eq!(queue(r#""online":null"#).unwrap()[0].online, None, "not known");
+        assert_eq!(queue(r#""online":"""#).unwrap()[0].online, None, "RabbitMQ's '' for not known");
+        assert_eq!(
+            queue(r#""online":["a"],"online":null"#).unwrap()[0].online.as_deref(),
+            Some(&["a".to_string()][..]),
+            "a listing that does not know leaves what another said"
+        );
+        for odd in [r#""online":"a""#, r#""online":{"a":true}"#, r#""online":[1]"#] {
+            let e = queue(odd).unwrap_err().to_string();
+            assert!(e.contains("the management API listed a queue hopper cannot read"), "{odd}: {e}");
+            assert!(e.contains("not a list of node names"), "{odd}: {e}");
+        }
     }
 
     #[test]
