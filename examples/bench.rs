@@ -21,7 +21,10 @@
 //! - `hopper export` and `hopper lint` of the same specs (offline: hopper's CPU cost alone).
 //!
 //! Each size's reads wait until the machine is quiet (`Quiet`, `--settle`), and each read until
-//! it has been quiet for half a second: none pays for the one before.
+//! it has been quiet for half a second: none pays for the one before. They run in rounds, one
+//! of each read a round (`--repeats`, then more while `--read-for` lasts), and each hopper read
+//! is judged against the listing of its own round (`Paired`): the target rows say whether the
+//! no-op apply and `diff` are within 1.2×, over, or not yet decided by the rounds measured.
 //!
 //! Every hopper command's wall time and peak memory (the kernel's `ru_maxrss` of that child,
 //! from `wait4`); the cheap steps are the median of `--repeats` runs. Nothing here asserts on
