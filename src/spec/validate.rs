@@ -16,12 +16,9 @@ use crate::diagnostic::Diagnostic;
 use crate::model::{QueueName, Role, is_unsafe_char};
 
 /// A valid topology, and where each of its names was written (or the name it derives from), so
-/// that a collision is reported where the user can fix it. `C` is `()` until every value is
-/// known to be good, then what it compiles to: the names checks and the spec need a compiled
-/// topology, and the type says they have one.
-struct Placed<C = Compiled> {
+/// that a collision is reported where the user can fix it.
+struct Written {
     topology: Topology,
-    compiled: C,
     explicit_dead_letter_queue: bool,
     explicit_retry_exchange: bool,
     explicit_dead_letter_exchange: bool,
@@ -34,44 +31,19 @@ struct Placed<C = Compiled> {
     dead_letter_exchange: Loc<String>,
 }
 
-struct Compiled {
-    topology: CompiledTopology,
+/// A written topology once every value is known to be good, with what it compiles to: the name
+/// checks and the spec need a compiled topology, and the type says they have one.
+struct Placed {
+    written: Written,
+    compiled: CompiledTopology,
     /// Its queues and what each is for.
     roles: Vec<(QueueName, Role)>,
 }
 
-impl Placed<()> {
+impl Written {
     fn compile(self) -> Placed {
-        let Placed {
-            topology,
-            compiled: (),
-            explicit_dead_letter_queue,
-            explicit_retry_exchange,
-            explicit_dead_letter_exchange,
-            origin,
-            queue,
-            dead_letter_queue,
-            exchange,
-            exchange_type,
-            retry_exchange,
-            dead_letter_exchange,
-        } = self;
-        let compiled = crate::compile::compile_topology(&topology);
-        let roles = roles(&compiled);
-        Placed {
-            topology,
-            compiled: Compiled { topology: compiled, roles },
-            explicit_dead_letter_queue,
-            explicit_retry_exchange,
-            explicit_dead_letter_exchange,
-            origin,
-            queue,
-            dead_letter_queue,
-            exchange,
-            exchange_type,
-            retry_exchange,
-            dead_letter_exchange,
-        }
+        let compiled = crate::compile::compile_topology(&self.topology);
+        Placed { roles: roles(&compiled), compiled, written: self }
     }
 }
 
@@ -113,7 +85,7 @@ pub(super) fn validate(
         }
     }
     check_collisions(&placed, diags);
-    placed.into_iter().map(|p| p.compiled.topology).collect()
+    placed.into_iter().map(|p| p.compiled).collect()
 }
 
 fn one_of<T: Copy>(
@@ -141,7 +113,7 @@ fn topology(
     vhost_override: Option<&str>,
     sources: &crate::diagnostic::Sources,
     diags: &mut Vec<Diagnostic>,
-) -> Placed<()> {
+) -> Written {
     let mut f = draft.fields;
     let name = &draft.name;
     check_name(name, "topology name", diags);
@@ -407,8 +379,7 @@ fn topology(
         idempotency_key: f.idempotency_key.as_ref().and_then(|k| idempotency_key(k, diags)),
         file: sources.path(name.file).to_path_buf(),
     };
-    Placed {
-        compiled: (),
+    Written {
         explicit_dead_letter_queue: f.dead_letter_queue.is_some(),
         explicit_retry_exchange: f.retry_exchange.is_some(),
         explicit_dead_letter_exchange: f.dead_letter_exchange.is_some(),
@@ -746,19 +717,20 @@ fn check_name(name: &Loc<String>, what: &str, diags: &mut Vec<Diagnostic>) {
 /// they derive from. (A quorum queue's name plus its vhost may exceed 255 bytes: measured on
 /// RabbitMQ 3.10, 4.0 and 4.3, such queues declare and work.)
 fn check_generated_names(p: &Placed, diags: &mut Vec<Diagnostic>) {
-    let t = &p.topology;
-    let mut generated: Vec<String> = p.compiled.roles.iter().map(|(q, _)| q.to_string()).collect();
-    if !p.explicit_retry_exchange {
+    let t = &p.written.topology;
+    let mut generated: Vec<String> = p.roles.iter().map(|(q, _)| q.to_string()).collect();
+    if !p.written.explicit_retry_exchange {
         generated.push(t.retry_exchange.to_string());
     }
-    if !p.explicit_dead_letter_exchange {
+    if !p.written.explicit_dead_letter_exchange {
         generated.push(t.dead_letter_exchange.to_string());
     }
-    let explicit_dlq = p.explicit_dead_letter_queue.then_some(t.dead_letter_queue.as_str());
+    let explicit_dlq = p.written.explicit_dead_letter_queue.then_some(t.dead_letter_queue.as_str());
     for name in generated {
         if name.len() > 255 && Some(name.as_str()) != explicit_dlq {
             diags.push(
-                p.queue
+                p.written
+                    .queue
                     .diag(format!("the generated name `{name}` is {} bytes; RabbitMQ allows 255", name.len()))
                     .label("base of the generated name")
                     .hint("shorten the queue name: every name hopper derives from it must fit in 255 bytes"),
@@ -784,21 +756,24 @@ fn roles(compiled: &CompiledTopology) -> Vec<(QueueName, Role)> {
 /// A queue or exchange of one topology must not play two parts: a dead-letter queue that is also
 /// the main queue would send exhausted messages back into the retry path.
 fn check_within(p: &Placed, diags: &mut Vec<Diagnostic>) {
-    let t = &p.topology;
-    let queues = &p.compiled.roles;
+    let t = &p.written.topology;
+    let queues = &p.roles;
     if let Some((_, role)) = queues.iter().find(|(q, r)| *q == t.dead_letter_queue && *r != Role::DeadLetter) {
         diags.push(
-            p.dead_letter_queue
+            p.written
+                .dead_letter_queue
                 .diag(format!("the dead-letter queue `{}` is also the {}", t.dead_letter_queue, role.describe()))
                 .label("dead letters would go back into the retry path")
                 .hint(format!("give the dead-letter queue its own name, such as \"{}.dlq\"", t.queue)),
         );
         return;
     }
-    let mut exchanges =
-        vec![(&t.exchange, "main", &p.exchange), (&t.dead_letter_exchange, "dead-letter", &p.dead_letter_exchange)];
+    let mut exchanges = vec![
+        (&t.exchange, "main", &p.written.exchange),
+        (&t.dead_letter_exchange, "dead-letter", &p.written.dead_letter_exchange),
+    ];
     if t.uses_retry_exchange() {
-        exchanges.push((&t.retry_exchange, "retry", &p.retry_exchange));
+        exchanges.push((&t.retry_exchange, "retry", &p.written.retry_exchange));
     }
     for (i, (a, role_a, _)) in exchanges.iter().enumerate() {
         if let Some((_, role_b, loc)) = exchanges[i + 1..].iter().find(|(b, _, _)| b == a) {
@@ -821,13 +796,13 @@ fn check_collisions(placed: &[Placed], diags: &mut Vec<Diagnostic>) {
     let mut exchanges: FxHashMap<(&str, &crate::model::ExchangeName), (usize, &'static str)> = FxHashMap::default();
     let mut reported = std::collections::BTreeSet::new();
     for (i, p) in placed.iter().enumerate() {
-        let t = &p.topology;
+        let t = &p.written.topology;
         // Every queue this topology shares with an earlier one, reported once per pair.
         let mut shared: BTreeMap<usize, (Vec<String>, &Loc<String>, String)> = BTreeMap::new();
-        for (q, role) in &p.compiled.roles {
+        for (q, role) in &p.roles {
             match queues.get(&(t.vhost.as_str(), q)) {
                 Some(&other) if other != i => {
-                    let here = if *role == Role::DeadLetter { &p.dead_letter_queue } else { &p.queue };
+                    let here = if *role == Role::DeadLetter { &p.written.dead_letter_queue } else { &p.written.queue };
                     shared.entry(other).or_insert_with(|| (Vec::new(), here, role.describe())).0.push(format!("`{q}`"));
                 }
                 Some(_) => {}
@@ -846,7 +821,11 @@ fn check_collisions(placed: &[Placed], diags: &mut Vec<Diagnostic>) {
             diags.push(
                 here.diag(what)
                     .label(format!("`{}` declares {} as its {role}", t.name, names[0]))
-                    .related(o.origin.file, o.origin.span.clone(), format!("`{}` declares it too", o.origin.value))
+                    .related(
+                        o.written.origin.file,
+                        o.written.origin.span.clone(),
+                        format!("`{}` declares it too", o.written.origin.value),
+                    )
                     .hint("set `queue` (or `dead_letter_queue`) so that each topology has its own queues"),
             );
         }
@@ -862,37 +841,41 @@ fn check_collisions(placed: &[Placed], diags: &mut Vec<Diagnostic>) {
             };
             let o = &placed[other];
             let same_main = role == "main" && other_role == "main";
-            if (same_main && o.topology.exchange_type == t.exchange_type) || !reported.insert((other, i)) {
+            if (same_main && o.written.topology.exchange_type == t.exchange_type) || !reported.insert((other, i)) {
                 continue; // a main exchange shared by topologies of one type is fine
             }
             let (here, why) = if same_main {
                 (
-                    &p.exchange_type,
+                    &p.written.exchange_type,
                     format!(
                         "exchange `{name}` is declared as {} here and as {} by `{}`",
                         t.exchange_type.as_str(),
-                        o.topology.exchange_type.as_str(),
-                        o.origin.value
+                        o.written.topology.exchange_type.as_str(),
+                        o.written.origin.value
                     ),
                 )
             } else {
                 let here = match role {
-                    "main" => &p.exchange,
-                    "retry" => &p.retry_exchange,
-                    _ => &p.dead_letter_exchange,
+                    "main" => &p.written.exchange,
+                    "retry" => &p.written.retry_exchange,
+                    _ => &p.written.dead_letter_exchange,
                 };
                 (
                     here,
                     format!(
                         "exchange `{name}` is the {role} exchange here and the {other_role} exchange of `{}`",
-                        o.origin.value
+                        o.written.origin.value
                     ),
                 )
             };
             diags.push(
                 here.diag(why)
                     .label(format!("`{}` uses `{name}`", t.name))
-                    .related(o.origin.file, o.origin.span.clone(), format!("`{}` uses it too", o.origin.value))
+                    .related(
+                        o.written.origin.file,
+                        o.written.origin.span.clone(),
+                        format!("`{}` uses it too", o.written.origin.value),
+                    )
                     .hint("only main exchanges of the same type may be shared; give the others their own names"),
             );
         }
