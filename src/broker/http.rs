@@ -476,6 +476,7 @@ impl<'de> Deserialize<'de> for ListedQueue {
             fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<QueueInfo, A::Error> {
                 use serde::de::Error;
                 let (mut name, mut durable, mut auto_delete) = (None, None, None);
+                let mut unreadable_online = None;
                 let mut q = QueueInfo {
                     name: String::new(),
                     kind: classic(),
@@ -513,11 +514,14 @@ impl<'de> Deserialize<'de> for ListedQueue {
                             let listed = match map.next_value::<Value>()? {
                                 Value::Null => continue,
                                 Value::String(s) if s.is_empty() => continue,
-                                value => serde_json::from_value::<Vec<String>>(value.clone()).map_err(|_| {
-                                    A::Error::custom(format!(
-                                        "`online` of a queue is {value}, not a list of node names"
-                                    ))
-                                })?,
+                                value => match serde_json::from_value::<Vec<String>>(value.clone()) {
+                                    Ok(listed) => listed,
+                                    // Refused once the name is known, which may come later.
+                                    Err(_) => {
+                                        unreadable_online.get_or_insert(value);
+                                        continue;
+                                    }
+                                },
                             };
                             q.online = Some(match q.online.take() {
                                 None => listed,
@@ -530,6 +534,13 @@ impl<'de> Deserialize<'de> for ListedQueue {
                     }
                 }
                 q.name = name.ok_or_else(|| A::Error::missing_field("name"))?;
+                if let Some(value) = unreadable_online {
+                    // Debug-quoted: a name's quotes and control characters are escaped.
+                    return Err(A::Error::custom(format!(
+                        "queue {:?}: `online` is {value}, not a list of node names",
+                        q.name
+                    )));
+                }
                 q.durable = durable.ok_or_else(|| A::Error::missing_field("durable"))?;
                 q.auto_delete = auto_delete.ok_or_else(|| A::Error::missing_field("auto_delete"))?;
                 Ok(q)
@@ -970,9 +981,15 @@ mod tests {
             Some(&["a".to_string()][..]),
             "a listing that does not know leaves what another said"
         );
+        // Named however it is written, even before its name; a hostile name is escaped.
+        let e = listed(r#"[{"online":7,"name":"a\"b\u001b[2J","durable":true,"auto_delete":false}]"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(r#"queue "a\"b\u{1b}[2J": `online` is 7"#), "{e}");
         for odd in [r#""online":"a""#, r#""online":{"a":true}"#, r#""online":[1]"#] {
             let e = queue(odd).unwrap_err().to_string();
             assert!(e.contains("the management API listed a queue hopper cannot read"), "{odd}: {e}");
+            assert!(e.contains("queue \"orders\": `online` is "), "the queue named: {odd}: {e}");
             assert!(e.contains("not a list of node names"), "{odd}: {e}");
         }
     }
