@@ -708,9 +708,21 @@ pub async fn queue_counts(endpoint: &Endpoint, vhost: &str, queue: &str) -> Resu
 /// at once, and the overview beside them.
 pub async fn read(endpoint: &Endpoint, vhost: &str, stats: Stats) -> Result<Live> {
     let api = Api::new(endpoint);
+    let (live, overview) = tokio::join!(list(endpoint, vhost, stats), api.overview());
+    // The overview first: once it has answered, the URL is the API's, and a 404 is the vhost.
+    let overview = overview.map_err(|e| anyhow::Error::new(why(&api, &e)))?;
+    Ok(Live { version: Some(overview.rabbitmq_version), ..live? })
+}
+
+/// What `read` reads but the overview: for a caller that asks for the overview itself (as
+/// `identity`), and judges its answer before this one's, so that a 404 here is the vhost's and
+/// not a wrong URL's. Every request beside the listing takes the broker's CPU from it; a second
+/// overview is little (on RabbitMQ 4.3, 0.75 ms against the 500-topology listing's 139 ms), but
+/// it is not needed. `version` is left `None` for the caller to fill.
+pub async fn list(endpoint: &Endpoint, vhost: &str, stats: Stats) -> Result<Live> {
+    let api = Api::new(endpoint);
     let err = |e: HttpError| anyhow::Error::new(why(&api, &e));
     let v = segment(vhost);
-    // Once the overview has answered, the URL is the API's: a 404 is the vhost.
     let listing = |e: HttpError| match e {
         HttpError::Status { status: 404, .. } => anyhow!(
             "vhost `{vhost}` does not exist on the broker at {} (create it with `rabbitmqctl add_vhost`)",
@@ -783,18 +795,12 @@ pub async fn read(endpoint: &Endpoint, vhost: &str, stats: Stats) -> Result<Live
             .collect();
         Ok((queues, nodes))
     };
-    let (bindings, queues, exchanges, overview) = tokio::join!(
-        api.get::<ListedBindings>(&paths[1]),
-        queues,
-        api.get::<ListedExchanges>(&paths[0]),
-        api.overview(),
-    );
-    let overview = overview.map_err(err)?;
+    let (bindings, queues, exchanges) =
+        tokio::join!(api.get::<ListedBindings>(&paths[1]), queues, api.get::<ListedExchanges>(&paths[0]));
     let (ListedExchanges(exchanges), ListedBindings(bindings)) =
         (exchanges.map_err(listing)?, bindings.map_err(listing)?);
     let (queues, nodes) = queues?;
-    let live = Live { exchanges, queues, bindings: Some(bindings), version: Some(overview.rabbitmq_version), nodes };
-    Ok(live)
+    Ok(Live { exchanges, queues, bindings: Some(bindings), version: None, nodes })
 }
 
 fn node(n: NodeInfo) -> Node {
