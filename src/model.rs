@@ -334,6 +334,18 @@ pub mod arg {
     pub const DEAD_LETTER_STRATEGY: &str = "x-dead-letter-strategy";
     pub const OVERFLOW: &str = "x-overflow";
     pub const DELIVERY_LIMIT: &str = "x-delivery-limit";
+
+    /// Every name above: read from a broker, one of them is shared rather than copied, and
+    /// lookups compare it without following a pointer per queue.
+    pub const NAMED: &[&str] = &[
+        QUEUE_TYPE,
+        MESSAGE_TTL,
+        DEAD_LETTER_EXCHANGE,
+        DEAD_LETTER_ROUTING_KEY,
+        DEAD_LETTER_STRATEGY,
+        OVERFLOW,
+        DELIVERY_LIMIT,
+    ];
 }
 
 /// What a queue is for in its topology.
