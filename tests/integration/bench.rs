@@ -45,6 +45,7 @@ async fn small_run(broker: Broker) {
         ("rabbitmqctl import", &size.ctl_import, 1),
         ("POST /api/definitions", &size.http_import, 1),
         ("listing", &size.listing, 2),
+        ("listing on kept-alive connections", &size.listing_kept_alive, 2),
         ("no-op", &size.noop, 2),
         ("diff", &size.diff, 2),
         ("dry run", &size.dry_run, 2),
