@@ -918,17 +918,21 @@ impl<'de> Deserialize<'de> for ListedArguments {
                 f.write_str("an object of arguments")
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Arguments, A::Error> {
-                let mut entries = Vec::new();
+                let mut entries: Vec<(ArgKey, Option<ArgValue>)> = Vec::new();
                 while let Some(Key(key)) = map.next_key()? {
-                    let Some(value) = arg(map.next_value()?) else { continue };
+                    let value = arg(map.next_value()?);
                     let key: ArgKey = match arg::NAMED.iter().find(|named| **named == key) {
                         Some(named) => Cow::Borrowed(named),
                         None => Cow::Owned(key.into_owned()),
                     };
                     entries.push((key, value));
                 }
-                // Sorted, and the last of a name listed twice wins, as in a map.
-                Ok(entries.into_iter().collect())
+                // The last of a name listed twice wins, as in a map, even when it is `null`: it
+                // then leaves no value, not the one listed before it.
+                entries.reverse();
+                entries.sort_by(|a, b| a.0.cmp(&b.0));
+                entries.dedup_by(|later, earlier| later.0 == earlier.0);
+                Ok(entries.into_iter().filter_map(|(key, value)| Some((key, value?))).collect())
             }
         }
         Ok(ListedArguments(d.deserialize_map(Entries)?))
@@ -1077,13 +1081,14 @@ mod tests {
     }
 
     /// As a map of JSON values made them: `null` is no value, the last of a name listed twice
-    /// wins, a number that is not an integer and an object are kept as their text, and a name
+    /// wins (a `null` last too), a number that is not an integer and an object are kept as their text, and a name
     /// with escapes is read whole.
     #[test]
     fn listed_arguments_read_as_a_map_would() {
         let ListedArguments(arguments) = serde_json::from_str(
             r#"{"x-message-ttl": 5000, "x-dead-letter-exchange": "dlx", "x-a\"b": true, "x-none": null,
-                "x-fraction": 1.5, "x-object": {"a": [1]}, "x-message-ttl": 6000, "x-queue-type": "quorum"}"#,
+                "x-fraction": 1.5, "x-object": {"a": [1]}, "x-message-ttl": 6000, "x-queue-type": "quorum",
+                "x-expires": 1000, "x-expires": null}"#,
         )
         .unwrap();
         let read: Vec<(&str, &ArgValue)> = arguments.iter().collect();
