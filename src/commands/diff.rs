@@ -5,7 +5,7 @@ use anyhow::Result;
 
 use super::{BrokerArgs, SpecArgs};
 use crate::Exit;
-use crate::ops::diff::{Entry, Report, Status, Subject};
+use crate::ops::diff::{Details, Entry, Report, Status, Subject};
 use crate::ops::{self};
 use crate::output::{self, Format};
 use crate::policy::Source;
@@ -52,7 +52,8 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
 fn print(report: &Report) -> Result<()> {
     let mut lines = Vec::new();
     for v in &report.vhosts {
-        let drift: Vec<&Entry> = v.objects.iter().filter(|e| e.status != Status::InSync || e.note.is_some()).collect();
+        let drift: Vec<&Entry> =
+            v.objects.iter().filter(|e| e.status != Status::InSync || e.note().is_some()).collect();
         if drift.is_empty() && v.hazards.is_empty() {
             continue;
         }
@@ -78,51 +79,63 @@ fn print(report: &Report) -> Result<()> {
 fn line(e: &Entry) -> String {
     let kind = e.subject.kind();
     let name = output::safe(&e.subject.to_string()).into_owned();
-    let value = |v: &Option<crate::model::ArgValue>| v.as_ref().map_or("(not set)".to_string(), ToString::to_string);
-    match e.status {
-        Status::InSync => match &e.note {
+    let value = |v: Option<&crate::model::ArgValue>| v.map_or("(not set)".to_string(), ToString::to_string);
+    match (e.status, e.details.as_deref()) {
+        (Status::InSync, _) => match e.note() {
             None => format!("  = in sync     {kind:<8} {name}"),
             Some(note) => format!("  = in sync     {kind:<8} {name}  (note: {})", output::safe(note)),
         },
-        Status::Missing => format!("  {} missing     {kind:<8} {name}  (apply creates it)", output::paint("+", "32")),
-        Status::Conflict => {
+        (Status::Missing, _) => {
+            format!("  {} missing     {kind:<8} {name}  (apply creates it)", output::paint("+", "32"))
+        }
+        (Status::Conflict, details) => {
             let mut out = vec![format!("  {} conflict    {kind:<8} {name}", output::paint("!", "31"))];
-            for d in &e.differences {
-                out.push(format!(
-                    "      {}: the broker has {}, the spec wants {}",
-                    d.property,
-                    value(&d.live),
-                    value(&d.spec)
-                ));
+            if let Some(Details::Conflict { differences, ways_out }) = details {
+                for d in differences {
+                    out.push(format!(
+                        "      {}: the broker has {}, the spec wants {}",
+                        d.property,
+                        value(d.live.as_ref()),
+                        value(d.spec.as_ref())
+                    ));
+                }
+                out.extend(ways_out.iter().map(|w| super::apply::way_out(w, "      ")));
             }
-            out.extend(e.ways_out.iter().map(|w| super::apply::way_out(w, "      ")));
             out.join("\n")
         }
-        Status::Extra if matches!(e.subject, Subject::Binding(_)) => {
+        (Status::Extra, _) if matches!(e.subject, Subject::Binding(_)) => {
             format!("  {} extra       binding  {name}  (apply removes it)", output::paint("-", "33"))
         }
-        Status::Extra => {
+        (Status::Extra, details) => {
+            let (messages, consumers, drains_into) = match details {
+                Some(Details::Extra { messages, consumers, drains_into }) => {
+                    (*messages, *consumers, drains_into.as_deref())
+                }
+                _ => (None, None, None),
+            };
             let count = |n: Option<u64>| n.map_or("?".to_string(), |n| n.to_string());
-            let drains = e.drains_into.as_ref().map(|d| format!(", drains into {d}")).unwrap_or_default();
+            let drains = drains_into.map(|d| format!(", drains into {d}")).unwrap_or_default();
             format!(
                 "  {} extra       queue    {name}  ({} message(s), {} consumer(s){drains}; `apply --prune` removes it once empty)",
                 output::paint("-", "33"),
-                count(e.messages),
-                count(e.consumers)
+                count(messages),
+                count(consumers)
             )
         }
-        Status::Overridden => {
-            let who = match e.set_by {
-                Some(Source::OperatorPolicy) => "operator policy",
+        (Status::Overridden, details) => {
+            let Some(Details::Overridden { setting, spec, effective, set_by, policy }) = details else {
+                return format!("  {} overridden  queue    {name}", output::paint("~", "35"));
+            };
+            let who = match set_by {
+                Source::OperatorPolicy => "operator policy",
                 _ => "policy",
             };
             format!(
-                "  {} overridden  queue    {name}  {}: the spec says {}, {who} `{}` makes it {}",
+                "  {} overridden  queue    {name}  {setting}: the spec says {}, {who} `{}` makes it {}",
                 output::paint("~", "35"),
-                e.setting.map(|s| s.to_string()).unwrap_or_default(),
-                value(&e.spec),
-                output::safe(e.policy.as_deref().unwrap_or("")),
-                value(&e.effective)
+                value(spec.as_ref()),
+                output::safe(policy),
+                value(Some(effective))
             )
         }
     }

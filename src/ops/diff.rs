@@ -82,31 +82,45 @@ pub struct Entry {
     pub status: Status,
     #[serde(flatten)]
     pub subject: Subject,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub differences: Vec<Difference>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub ways_out: Vec<WayOut>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub messages: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub consumers: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub drains_into: Option<String>,
+    /// What an entry says beyond its status, when it says more. Boxed: most entries are in sync
+    /// and say nothing more, and a 10,000-topology diff holds 150,000 entries: 296 bytes each
+    /// when every field was in line (44 MB), 88 now (13 MB).
+    #[serde(flatten)]
+    pub details: Option<Box<Details>>,
+}
+
+/// The fields of an entry that one status has and the others do not; serialized in line with
+/// the entry's own.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum Details {
+    /// For `in_sync`: why an object that differs in form counts as in sync.
+    Note { note: String },
+    Conflict {
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        differences: Vec<Difference>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        ways_out: Vec<WayOut>,
+    },
+    /// For an `extra` queue: what deleting it would lose.
+    Extra {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        messages: Option<u64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        consumers: Option<u64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        drains_into: Option<String>,
+    },
     /// For `overridden`: the setting, the spec's value, the effective value and who set it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub setting: Option<Setting>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub spec: Option<ArgValue>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub effective: Option<ArgValue>,
-    /// For `overridden`: `policy` or `operator_policy` (a binding's `source` is its exchange).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub set_by: Option<Source>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub policy: Option<String>,
-    /// Why an object that differs in form counts as in sync.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
+    Overridden {
+        setting: Setting,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        spec: Option<ArgValue>,
+        effective: ArgValue,
+        /// `policy` or `operator_policy` (a binding's `source` is its exchange).
+        set_by: Source,
+        policy: String,
+    },
 }
 
 #[derive(Debug, Serialize)]
@@ -229,13 +243,14 @@ pub fn report(plans: Vec<Plan>) -> Report {
             // them by doubling copied each one again.
             let mut objects: Vec<Entry> = Vec::with_capacity(p.steps.len() + p.overrides.len());
             objects.extend(p.steps.into_iter().filter_map(entry));
-            objects.extend(p.overrides.into_iter().map(|o| Entry {
-                setting: Some(o.setting),
-                spec: o.spec,
-                effective: Some(o.effective),
-                set_by: Some(o.source),
-                policy: Some(o.policy),
-                ..Entry::new(Status::Overridden, Subject::Queue { name: o.queue })
+            objects.extend(p.overrides.into_iter().map(|o| {
+                Entry::new(Status::Overridden, Subject::Queue { name: o.queue }).with(Details::Overridden {
+                    setting: o.setting,
+                    spec: o.spec,
+                    effective: o.effective,
+                    set_by: o.source,
+                    policy: o.policy,
+                })
             }));
             for e in &objects {
                 *summary.entry(e.status).or_insert(0) += 1;
@@ -249,37 +264,111 @@ pub fn report(plans: Vec<Plan>) -> Report {
 
 impl Entry {
     fn new(status: Status, subject: Subject) -> Entry {
-        Entry {
-            status,
-            subject,
-            differences: Vec::new(),
-            ways_out: Vec::new(),
-            messages: None,
-            consumers: None,
-            drains_into: None,
-            setting: None,
-            spec: None,
-            effective: None,
-            set_by: None,
-            policy: None,
-            note: None,
+        Entry { status, subject, details: None }
+    }
+
+    fn with(self, details: Details) -> Entry {
+        Entry { details: Some(Box::new(details)), ..self }
+    }
+
+    /// For `in_sync`: why an object that differs in form counts as in sync.
+    pub fn note(&self) -> Option<&str> {
+        match self.details.as_deref() {
+            Some(Details::Note { note }) => Some(note),
+            _ => None,
         }
     }
 }
 
 fn entry(step: Step) -> Option<Entry> {
     Some(match step {
-        Step::InSync { object, note } => Entry { note, ..Entry::new(Status::InSync, Subject::of(object)) },
+        Step::InSync { object, note } => {
+            let entry = Entry::new(Status::InSync, Subject::of(object));
+            match note {
+                Some(note) => entry.with(Details::Note { note }),
+                None => entry,
+            }
+        }
         Step::Migrate { .. } | Step::MoveMessages { .. } => unreachable!("diff plans no migration"),
         // `Ensure` only arises without the management API, which diff refuses to work without.
         Step::Create { object } | Step::Ensure { object } => Entry::new(Status::Missing, Subject::of(object)),
         Step::Conflict { object, differences, ways_out } => {
-            Entry { differences, ways_out, ..Entry::new(Status::Conflict, Subject::of(object)) }
+            Entry::new(Status::Conflict, Subject::of(object)).with(Details::Conflict { differences, ways_out })
         }
         Step::Unbind { binding } => Entry::new(Status::Extra, Subject::Binding(binding)),
         Step::Extra { queue, messages, consumers, drains_into, .. } => {
-            Entry { messages, consumers, drains_into, ..Entry::new(Status::Extra, Subject::Queue { name: queue }) }
+            Entry::new(Status::Extra, Subject::Queue { name: queue }).with(Details::Extra {
+                messages,
+                consumers,
+                drains_into,
+            })
         }
         Step::Delete { .. } => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn queue(name: &str) -> Subject {
+        Subject::Queue { name: QueueName::new(name) }
+    }
+
+    /// Each status's details are fields of the entry itself, as they were before they were
+    /// boxed: `--format json` is read by scripts.
+    #[test]
+    fn details_are_fields_of_the_entry() {
+        let json = |e: Entry| serde_json::to_value(e).unwrap();
+        assert_eq!(
+            json(Entry::new(Status::InSync, queue("q"))),
+            json!({"status": "in_sync", "kind": "queue", "name": "q"})
+        );
+        assert_eq!(
+            json(Entry::new(Status::InSync, queue("q")).with(Details::Note { note: "why".into() })),
+            json!({"status": "in_sync", "kind": "queue", "name": "q", "note": "why"})
+        );
+        let conflict = Details::Conflict {
+            differences: vec![Difference {
+                property: plan::Property::Durable,
+                live: Some(ArgValue::Bool(false)),
+                spec: Some(ArgValue::Bool(true)),
+            }],
+            ways_out: vec![WayOut::says("recreate it")],
+        };
+        let conflict = json(Entry::new(Status::Conflict, queue("q")).with(conflict));
+        assert_eq!(conflict["differences"][0]["live"], json!(false));
+        assert_eq!(conflict["ways_out"][0]["says"], json!("recreate it"));
+        assert_eq!(
+            json(Entry::new(Status::Extra, queue("q")).with(Details::Extra {
+                messages: Some(2),
+                consumers: None,
+                drains_into: Some("orders".into())
+            })),
+            json!({"status": "extra", "kind": "queue", "name": "q", "messages": 2, "drains_into": "orders"})
+        );
+        assert_eq!(
+            json(Entry::new(Status::Overridden, queue("q")).with(Details::Overridden {
+                setting: Setting::MessageTtl,
+                spec: None,
+                effective: ArgValue::Int(2000),
+                set_by: Source::OperatorPolicy,
+                policy: "cap".into(),
+            })),
+            json!({"status": "overridden", "kind": "queue", "name": "q", "setting": "message-ttl",
+                   "effective": 2000, "set_by": "operator_policy", "policy": "cap"})
+        );
+    }
+
+    /// A diff holds an entry per object (150,000 at 10,000 topologies), most of them in sync:
+    /// what only some statuses have stays out of line.
+    #[test]
+    fn an_entry_is_its_subject_and_a_pointer() {
+        assert!(
+            std::mem::size_of::<Entry>() <= std::mem::size_of::<Subject>() + 16,
+            "{}",
+            std::mem::size_of::<Entry>()
+        );
+    }
 }
