@@ -391,7 +391,7 @@ fn describe(step: &Step) -> String {
         }
         Step::Extra { queue, messages, consumers, drains_into, kept_because } => {
             let count = |n: &Option<u64>| n.map_or("?".to_string(), |n| n.to_string());
-            let drains = drains_into.as_ref().map(|d| format!(", drains into {d}")).unwrap_or_default();
+            let drains = drains_into.as_ref().map(|d| format!(", drains into {}", output::safe(d))).unwrap_or_default();
             format!(
                 "  {} extra     queue    {}  ({} message(s), {} consumer(s){drains}); kept: {}",
                 output::paint("~", "33"),

@@ -114,7 +114,7 @@ fn line(e: &Entry) -> String {
                 _ => (None, None, None),
             };
             let count = |n: Option<u64>| n.map_or("?".to_string(), |n| n.to_string());
-            let drains = drains_into.map(|d| format!(", drains into {d}")).unwrap_or_default();
+            let drains = drains_into.map(|d| format!(", drains into {}", output::safe(d))).unwrap_or_default();
             format!(
                 "  {} extra       queue    {name}  ({} message(s), {} consumer(s){drains}; `apply --prune` removes it once empty)",
                 output::paint("-", "33"),
