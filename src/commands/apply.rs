@@ -87,6 +87,9 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
         Ok(e) if !args.amqp_only => ops::Early::start(e, args.vhost.as_deref()),
         _ => None,
     };
+    if let Some(early) = &early {
+        early.wait_for_spare_cpu();
+    }
     let spec_args = SpecArgs { specs: args.specs.clone(), vhost: args.vhost.clone() };
     let (spec, files) = match spec_args.load_sources()? {
         Ok(loaded) => loaded,

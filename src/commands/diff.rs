@@ -32,6 +32,9 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
     // With --vhost, the broker is read while the spec loads; a spec error still comes first.
     let endpoint = args.broker.endpoint();
     let early = endpoint.as_ref().ok().and_then(|e| ops::Early::start(e, args.spec.vhost.as_deref()));
+    if let Some(early) = &early {
+        early.wait_for_spare_cpu();
+    }
     let spec = match args.spec.load()? {
         Ok(spec) => spec,
         Err(exit) => return Ok(exit),

@@ -203,7 +203,7 @@ async fn converge(
         Some(reading) => reading,
         None => {
             let names: Vec<&str> = by_vhost.iter().map(|(v, _)| *v).collect();
-            super::Reading::of(endpoint, &names, request.amqp_only).await
+            super::Reading::of(endpoint, &names, request.amqp_only, &Default::default()).await
         }
     };
     let (amqp_identity, http_identity, mut readings) = (reading.amqp, reading.http, reading.vhosts);

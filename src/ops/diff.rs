@@ -159,7 +159,7 @@ pub fn run(
         // trusted before the two endpoints are known to be one cluster.
         let reading = match early {
             Some(reading) => reading,
-            None => super::Reading::of(endpoint, &vhosts, false).await,
+            None => super::Reading::of(endpoint, &vhosts, false, &Default::default()).await,
         };
         let (http_identity, amqp_identity, readings) =
             (reading.http.expect("asked of the management API"), reading.amqp, reading.vhosts);

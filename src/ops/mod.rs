@@ -9,11 +9,13 @@ pub mod plan_file;
 pub mod redrive;
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use anyhow::Result;
 
 use crate::broker::amqp::Session;
 use crate::broker::identity::Identity;
+use crate::broker::progress::Progress;
 use crate::broker::{Endpoint, http};
 use crate::compile::CompiledTopology;
 use crate::live::Live;
@@ -65,11 +67,12 @@ pub struct Reading {
 }
 
 impl Reading {
-    pub async fn of(endpoint: &Endpoint, vhosts: &[&str], amqp_only: bool) -> Reading {
+    /// Each vhost's answers are noted in `progress` as they come back.
+    pub async fn of(endpoint: &Endpoint, vhosts: &[&str], amqp_only: bool, progress: &Progress) -> Reading {
         let (amqp, http, mut readings) = tokio::join!(
             crate::broker::identity::amqp(endpoint),
             async { if amqp_only { None } else { Some(http::identity(endpoint).await) } },
-            async { if amqp_only { Vec::new() } else { read_all(endpoint, vhosts).await } }
+            async { if amqp_only { Vec::new() } else { read_all(endpoint, vhosts, progress).await } }
         );
         // The identity's overview is the vhosts' too: one request fewer beside the listings.
         if let Some(Ok(identity)) = &http {
@@ -87,16 +90,37 @@ impl Reading {
 pub struct Early {
     vhost: String,
     reading: std::thread::JoinHandle<Result<Reading>>,
+    progress: Progress,
+    /// Whether the broker answers on this machine's CPUs (`Endpoint::management_is_local`).
+    local: bool,
 }
+
+/// How long `Early::wait_for_spare_cpu` waits for a broker that has not answered at all.
+const UNANSWERED: Duration = Duration::from_secs(1);
 
 impl Early {
     pub fn start(endpoint: &Endpoint, vhost: Option<&str>) -> Option<Early> {
         let vhost = vhost?.to_string();
-        let (endpoint, name) = (endpoint.clone(), vhost.clone());
+        let (endpoint, name, progress) = (endpoint.clone(), vhost.clone(), Progress::default());
+        let local = endpoint.management_is_local();
+        let noted = progress.clone();
         let reading = std::thread::spawn(move || {
-            runtime()?.block_on(async { Ok(Reading::of(&endpoint, &[&name], false).await) })
+            let _ended = noted.ends_on_drop();
+            runtime()?.block_on(async { Ok(Reading::of(&endpoint, &[&name], false, &noted).await) })
         });
-        Some(Early { vhost, reading })
+        Some(Early { vhost, reading, progress, local })
+    }
+
+    /// Waits, when the broker runs on this machine, until loading the spec no longer takes a
+    /// CPU the broker answers with: until every listing but the last has come back (the broker
+    /// then works on that one alone), the reading has ended, or nothing has answered within a
+    /// second. Loaded while all three listings were on their way, the spec took the CPU from
+    /// the broker's answer as much as it did once they were in (README, "Benchmarks"). A broker
+    /// elsewhere does not share the CPUs: the spec loads at once, and its errors come first.
+    pub fn wait_for_spare_cpu(&self) {
+        if self.local {
+            self.progress.wait_for_the_last_listing(UNANSWERED);
+        }
     }
 
     /// The reading, when it is of exactly these vhosts (a spec without topologies has none);
@@ -113,11 +137,11 @@ impl Early {
 /// Every vhost of a run, read one after another through the management API; a failure ends
 /// the reading there (it is reported in vhost order, after the endpoints' own checks, and the
 /// management API's overview among them: that is what makes a 404 here the vhost's).
-async fn read_all(endpoint: &Endpoint, vhosts: &[&str]) -> Vec<Result<Live>> {
+async fn read_all(endpoint: &Endpoint, vhosts: &[&str], progress: &Progress) -> Vec<Result<Live>> {
     let mut readings = Vec::new();
     for vhost in vhosts {
         crate::output::narrate(|| format!("vhost `{vhost}`: reading it through the management API"));
-        let live = http::list(endpoint, vhost, http::Stats::Skipped).await;
+        let live = http::list(endpoint, vhost, http::Stats::Skipped, progress).await;
         let failed = live.is_err();
         readings.push(live);
         if failed {

@@ -320,3 +320,51 @@ async fn a_spec_error_comes_first_though_the_broker_is_read_early() {
         untouched(&vhost).await;
     }
 }
+
+/// With the broker on this machine, the spec loads once the broker is down to its last listing
+/// (`ops::Early`); a broker that accepts and never answers is not waited for: its timeout is an
+/// hour here, and the spec's error still comes, with its exit code.
+#[test]
+fn a_spec_error_is_not_held_back_by_a_silent_broker() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            held.push(stream);
+        }
+    });
+    let dir = std::env::temp_dir().join(support::unique("connect-silent"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("orders.toml");
+    std::fs::write(&bad, "[topology.orders]\ndelays = [\"soon\"]\n").unwrap();
+    let (amqp, api) = (format!("amqp://127.0.0.1:{port}"), format!("http://127.0.0.1:{port}/api"));
+    for command in [&["apply"][..], &["apply", "--dry-run"], &["diff"]] {
+        let args: Vec<&str> = command.iter().copied().chain(["--vhost", "silent", bad.to_str().unwrap()]).collect();
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hopper"))
+            .args(&args)
+            .env("NO_COLOR", "1")
+            .env("HOPPER_CONFIG", "/nonexistent/hopper-tests/config.toml")
+            .env("HOPPER_AMQP_URL", &amqp)
+            .env("HOPPER_MANAGEMENT_URL", &api)
+            .env("HOPPER_TIMEOUT", "1h")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // A deadline for a hang, not a measurement: a minute, against a wait of a second.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while child.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("hopper {args:?} waited for a broker that never answers instead of reporting the spec's error");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let out = child.wait_with_output().unwrap();
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("orders.toml:") && stderr.contains("invalid delay"), "{args:?}: {stderr}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
