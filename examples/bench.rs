@@ -111,6 +111,9 @@ pub struct Options {
     pub fresh: usize,
     pub queue_type: String,
     pub hopper: PathBuf,
+    /// `--against`: a second hopper build whose no-op apply and diff run in the same rounds, for
+    /// a change measured against the build before it on the same broker state.
+    pub against: Option<PathBuf>,
     /// Run quorum queues on RabbitMQ 3.x past its file handle limit.
     pub force: bool,
     /// Progress lines on stderr.
@@ -333,6 +336,9 @@ pub struct SizeResult {
     pub listing_kept_alive: Step,
     pub noop: Step,
     pub diff: Step,
+    /// The `--against` build's, in the same rounds; empty without one.
+    pub against_noop: Step,
+    pub against_diff: Step,
     pub dry_run: Step,
     pub inspect: Step,
     pub export: Step,
@@ -773,7 +779,11 @@ impl Run<'_> {
     }
 
     fn hopper(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(&self.options.hopper);
+        self.hopper_of(&self.options.hopper, args)
+    }
+
+    fn hopper_of(&self, binary: &Path, args: &[&str]) -> Command {
+        let mut command = Command::new(binary);
         command
             .args(args)
             .env("HOPPER_AMQP_URL", &self.broker.amqp)
@@ -787,8 +797,13 @@ impl Run<'_> {
 
     /// A hopper command that must exit with one of `codes` and whose output must hold `expect`.
     fn hopper_step(&self, args: &[&str], codes: &[i32], expect: Option<&str>) -> Result<Sample> {
+        self.step_of(&self.options.hopper, args, codes, expect)
+    }
+
+    /// `hopper_step`, of the hopper build at `binary`.
+    fn step_of(&self, binary: &Path, args: &[&str], codes: &[i32], expect: Option<&str>) -> Result<Sample> {
         let log = self.dir.join("hopper.log");
-        let (sample, code) = measure(&mut self.hopper(args), &log)?;
+        let (sample, code) = measure(&mut self.hopper_of(binary, args), &log)?;
         let text = fs::read_to_string(&log).unwrap_or_default();
         if !codes.contains(&code) || expect.is_some_and(|e| !text.lines().any(|l| l.starts_with(e))) {
             bail!(
@@ -863,8 +878,13 @@ impl Run<'_> {
     /// the reads run.
     fn other_queues(&self, vhost: &str) -> Result<Option<String>> {
         let queues = self.http.get_json("/queues?disable_stats=true&enable_queue_totals=false&columns=vhost")?;
-        let others: Vec<&str> =
-            queues.as_array().into_iter().flatten().filter_map(|q| q["vhost"].as_str()).filter(|v| *v != vhost).collect();
+        let others: Vec<&str> = queues
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|q| q["vhost"].as_str())
+            .filter(|v| *v != vhost)
+            .collect();
         if others.is_empty() {
             return Ok(None);
         }
@@ -968,7 +988,9 @@ impl Run<'_> {
         // The reads, interleaved so that the broker's state drifts alike for each. A rotation
         // alone keeps each read after the same other one (the listing always came after
         // inspect's heavy listing with statistics); a stride that changes each round (1 to 4,
-        // each coprime with 5, so still every read once) moves them.
+        // each coprime with 5, so still every read once; 1 to 6 of 7 with `--against`) moves
+        // them.
+        let reads_a_round = if options.against.is_some() { 7 } else { 5 };
         self.say("no-op apply, diff, dry run, inspect, listing");
         let mut hurried = 0;
         let reads = Instant::now();
@@ -990,8 +1012,8 @@ impl Run<'_> {
         };
         let mut round = 0;
         while more(round) {
-            let stride = round % 4 + 1;
-            for which in (0..5).map(|i| (i * stride + round) % 5) {
+            let stride = round % (reads_a_round - 1) + 1;
+            for which in (0..reads_a_round).map(|i| (i * stride + round) % reads_a_round) {
                 hurried += usize::from(hurried_read());
                 match which {
                     0 => result.noop.samples.push(self.hopper_step(
@@ -1014,6 +1036,16 @@ impl Run<'_> {
                         &[0, 1],
                         None,
                     )?),
+                    5 | 6 => {
+                        let against = options.against.as_deref().expect("7 reads a round only with --against");
+                        let (step, args) = if which == 5 {
+                            (&mut result.against_noop, vec!["apply", "--vhost", &applied, specs_arg])
+                        } else {
+                            (&mut result.against_diff, vec!["diff", "--vhost", &applied, specs_arg])
+                        };
+                        let expect = (which == 5).then_some("No changes");
+                        step.samples.push(self.step_of(against, &args, &[0], expect)?);
+                    }
                     _ => {
                         // The reference, then, after a quiet half second of its own, the same on
                         // connections kept from the round before.
@@ -1038,7 +1070,7 @@ impl Run<'_> {
         if hurried > 0 {
             result.notes.push(format!(
                 "{hurried} of {} reads began before the machine had been quiet for half a second: they may be slow",
-                6 * round
+                (reads_a_round + 1) * round
             ));
         }
         vhosts.delete(&applied)?;
@@ -1481,6 +1513,16 @@ pub fn markdown(report: &Report, commit: &str, date: &str) -> String {
         ),
         ("`hopper apply`, no-op (÷ listing)", against_listing(|s| &s.noop)),
         ("`hopper diff` (÷ listing)", against_listing(|s| &s.diff)),
+        ("the `--against` build's no-op apply (÷ listing)", against_listing(|s| &s.against_noop)),
+        ("the `--against` build's `diff` (÷ listing)", against_listing(|s| &s.against_diff)),
+        (
+            "this build ÷ the `--against` build: no-op apply, `diff`",
+            Box::new(|s| {
+                let noop = Paired::of(&s.noop, &s.against_noop)?;
+                let diff = Paired::of(&s.diff, &s.against_diff)?;
+                Some(format!("{}; {}", paired(&noop, true), paired(&diff, true)))
+            }),
+        ),
         ("`hopper apply --dry-run` (÷ listing)", against_listing(|s| &s.dry_run)),
         ("`hopper inspect --vhost`, with counts (÷ listing)", against_listing(|s| &s.inspect)),
         ("`hopper export`, offline", timed(|s| &s.export)),
@@ -1497,6 +1539,10 @@ pub fn markdown(report: &Report, commit: &str, date: &str) -> String {
         ),
     ];
     for (label, cell) in rows {
+        // The `--against` rows only when a build was run against.
+        if sizes.iter().all(|s| cell(s).is_none()) && label.contains("--against") {
+            continue;
+        }
         let mut line = format!("| {label} |");
         for s in sizes {
             let _ = write!(line, " {} |", cell(s).unwrap_or_else(|| "—".into()));
@@ -1720,6 +1766,7 @@ const USAGE: &str = "\
 usage: scripts/bench [--broker 3.10|4.0|4.3]... [--sizes 500,2000,10000] [--repeats 3]
                      [--fresh-repeats 1] [--queue-type classic|quorum] [--force]
                      [--settle 300] [--read-for 240] [--write README.md] [--bin PATH]
+                     [--against PATH]
        scripts/bench --move N [--move-bytes 512] [--broker ...]... [--repeats 3]
                      [--queue-type classic|quorum] [--write README.md] [--bin PATH]
        scripts/bench --offline N
@@ -1737,6 +1784,8 @@ replaces that broker and size's rows between <!-- bench:target:begin --> and its
 --settle S: before each size's reads, wait up to S seconds for the machine to be quiet (at most
 10% busy for two seconds); 0 does not wait.
 --bin: the hopper binary (default: target/release/hopper beside this program).
+--against PATH: another hopper build (a copy of an earlier one's binary, say), whose no-op apply
+and diff run in the same rounds: rows of its own, and this build over it, paired by round.
 --move N: messages moved a second instead: N persistent messages of --move-bytes bytes in a
 topology's dead-letter queue, moved to its main queue by `hopper redrive`, back by the
 management UI's \"Move messages\" shovel (brokers with rabbitmq_shovel_management: 4.0 and 4.3),
@@ -1767,6 +1816,7 @@ fn cli() -> Result<()> {
         fresh: 1,
         queue_type: "classic".into(),
         hopper: PathBuf::new(),
+        against: None,
         force: false,
         verbose: true,
         move_bytes: 512,
@@ -1791,6 +1841,7 @@ fn cli() -> Result<()> {
             "--force" => options.force = true,
             "--write" => write = Some(PathBuf::from(value()?)),
             "--bin" => options.hopper = PathBuf::from(value()?),
+            "--against" => options.against = Some(PathBuf::from(value()?)),
             "--offline" => offline = Some(value()?.replace('_', "").parse::<usize>()?),
             // Scenarios beyond the curve are parsed here.
             "--move" => moves = Some(value()?.replace('_', "").parse::<usize>()?),

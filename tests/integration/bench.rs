@@ -14,6 +14,7 @@ fn options() -> bench::Options {
         fresh: 1,
         queue_type: "classic".into(),
         hopper: PathBuf::from(env!("CARGO_BIN_EXE_hopper")),
+        against: None,
         force: false,
         verbose: false,
         move_bytes: 512,
@@ -34,7 +35,9 @@ fn target(broker: Broker) -> bench::Broker {
 async fn small_run(broker: Broker) {
     let (major, minor) = broker.version();
     let target = target(broker);
-    let report = tokio::task::spawn_blocking(move || bench::run(&target, &options())).await.unwrap().unwrap();
+    // Against itself, so that `--against`'s reads and rows run too.
+    let options = bench::Options { against: Some(PathBuf::from(env!("CARGO_BIN_EXE_hopper"))), ..options() };
+    let report = tokio::task::spawn_blocking(move || bench::run(&target, &options)).await.unwrap().unwrap();
 
     assert!(report.version.starts_with(&format!("{major}.{minor}.")), "{}", report.version);
     let [size] = &report.sizes[..] else { panic!("{:?}", report.sizes) };
@@ -48,6 +51,8 @@ async fn small_run(broker: Broker) {
         ("listing on kept-alive connections", &size.listing_kept_alive, 2),
         ("no-op", &size.noop, 2),
         ("diff", &size.diff, 2),
+        ("--against's no-op", &size.against_noop, 2),
+        ("--against's diff", &size.against_diff, 2),
         ("dry run", &size.dry_run, 2),
         ("inspect", &size.inspect, 2),
         ("export", &size.export, 2),
@@ -64,6 +69,19 @@ async fn small_run(broker: Broker) {
     assert!(table.starts_with(&format!("**RabbitMQ {}**", report.version)), "{table}");
     assert!(table.contains("| step | 3 topologies (45 objects) |"), "{table}");
     assert!(!table.contains("—"), "a step without a figure:\n{table}");
+    assert!(table.contains("| this build ÷ the `--against` build: no-op apply, `diff` |"), "{table}");
+    let without = bench::Report {
+        sizes: vec![bench::SizeResult {
+            against_noop: Default::default(),
+            against_diff: Default::default(),
+            ..size.clone()
+        }],
+        ..report.clone()
+    };
+    assert!(
+        !bench::markdown(&without, "abc1234", "2026-01-01").contains("--against"),
+        "rows of a build not run against"
+    );
     // The reads waited for a quiet machine (here at most about a second: other tests run
     // beside), and the table says how busy it was; a wait that ran out says so in a note.
     let settled = size.settled.expect("the machine's load, read from /proc/stat");
@@ -80,7 +98,8 @@ async fn small_run(broker: Broker) {
     assert_eq!(bench::replace_between_markers(&replaced, &name, &table).unwrap(), replaced, "not idempotent");
     let begin = readme.find(&format!("<!-- bench:{name}:begin -->")).unwrap();
     let block = &readme[begin..begin + readme[begin..].find(&format!("<!-- bench:{name}:end -->")).unwrap()];
-    for line in table.lines().filter(|l| l.starts_with("| ") && !l.starts_with("| step")) {
+    // (`--against`'s rows are only in a run that used it, which the README's need not be.)
+    for line in table.lines().filter(|l| l.starts_with("| ") && !l.starts_with("| step") && !l.contains("--against")) {
         let label = line.split(" | ").next().unwrap();
         assert!(
             block.contains(&format!("{label} |")),
