@@ -56,7 +56,7 @@ fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, LoadError> {
                 // `stat` each (10,000 specs are 10,000 calls); links are followed.
                 let plain = entry.file_type().is_ok_and(|t| t.is_file());
                 match if plain { Kind::File } else { kind_of(&file)? } {
-                    Kind::File => found.push(file),
+                    Kind::File => found.push((entry.file_name(), file)),
                     other => return Err(not_a_file(&file, other)),
                 }
             }
@@ -66,8 +66,11 @@ fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, LoadError> {
                     path.display()
                 )));
             }
-            found.sort();
-            files.extend(found);
+            // By name alone: the parent is the same, so this is the paths' order, without
+            // splitting each path into components at every comparison (`hopper lint` of 10,000
+            // files: 80 M of its 2.07 G instructions).
+            found.sort_unstable_by(|(a, _), (b, _)| a.cmp(b));
+            files.extend(found.into_iter().map(|(_, path)| path));
         } else if kind == Kind::File {
             files.push(path.clone());
         } else {
@@ -149,4 +152,29 @@ fn read_limited(source: impl Read, name: &str) -> Result<String, LoadError> {
 
 fn io(path: &Path, what: &str, e: &std::io::Error) -> LoadError {
     LoadError::Io(format!("{what} {}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A directory's files come in the order of their paths (bytes: upper case first, `-`
+    /// before `.` before digits), which is the order their diagnostics are reported in.
+    #[test]
+    fn a_directory_is_read_in_the_order_of_its_paths() {
+        let dir = std::env::temp_dir().join(format!("hopper-files-order-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let names = ["b.toml", "a-b.toml", "a.toml", "é.toml", "a.b.toml", "B.toml", "a0.toml", "a.toml.toml"];
+        for name in names {
+            std::fs::write(dir.join(name), "").unwrap();
+        }
+        let Ok(files) = expand(std::slice::from_ref(&dir)) else { panic!("{} could not be read", dir.display()) };
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        let mut by_path: Vec<PathBuf> = names.iter().map(|n| dir.join(n)).collect();
+        by_path.sort();
+        assert_eq!(files, by_path);
+        let read: Vec<_> = files.iter().map(|f| f.file_name().unwrap().to_str().unwrap()).collect();
+        assert_eq!(read, ["B.toml", "a-b.toml", "a.b.toml", "a.toml", "a.toml.toml", "a0.toml", "b.toml", "é.toml"]);
+    }
 }
