@@ -61,6 +61,12 @@ impl Api {
             .max_redirects(0)
             .max_redirects_will_error(false)
             .user_agent(concat!("hopper/", env!("CARGO_PKG_VERSION")))
+            // ureq zero-fills both buffers on each new connection (128 KB each by default), and
+            // a run opens one connection a request: 1.8 MB of fresh pages a `diff`. The request
+            // buffer holds a request's head (a URL and a few headers); the response buffer must
+            // hold the largest response head ureq accepts (`max_response_header_size`, 64 KB).
+            .output_buffer_size(16 * 1024)
+            .input_buffer_size(64 * 1024)
             .proxy(proxy.clone())
             .tls_config(endpoint.tls.http(over_tls))
             .build();
