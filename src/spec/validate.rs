@@ -53,7 +53,7 @@ pub(super) fn validate(
     sources: &crate::diagnostic::Sources,
     diags: &mut Vec<Diagnostic>,
 ) -> Vec<CompiledTopology> {
-    let mut placed = Vec::new();
+    let mut placed = Vec::with_capacity(drafts.len());
     let mut origins: BTreeMap<String, Loc<String>> = BTreeMap::new();
     for draft in drafts {
         if let Some(first) = origins.get(&draft.name.value) {
