@@ -53,6 +53,8 @@ impl Api {
         let proxy = ureq::Proxy::try_from_env();
         let over_tls = endpoint.management_over_tls()
             || proxy.as_ref().is_some_and(|p| p.protocol() == ureq::ProxyProtocol::Https);
+        let credentials = format!("{}:{}", endpoint.username, endpoint.password.expose());
+        let authorization = format!("Basic {}", base64(credentials.as_bytes()));
         let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(endpoint.timeout))
@@ -63,19 +65,20 @@ impl Api {
             .user_agent(concat!("hopper/", env!("CARGO_PKG_VERSION")))
             // ureq zero-fills both buffers on each new connection (128 KB each by default), and
             // a run opens one connection a request: 1.8 MB of fresh pages a `diff`. The request
-            // buffer holds a request's head (a URL and a few headers); the response buffer must
-            // hold the largest response head ureq accepts (`max_response_header_size`, 64 KB).
-            .output_buffer_size(16 * 1024)
+            // buffer must hold a request's head, or ureq fails before sending it: the
+            // credentials' header (a token as password runs to kilobytes), a URL and a few
+            // headers. The response buffer must hold the largest response head ureq accepts
+            // (`max_response_header_size`, 64 KB).
+            .output_buffer_size(16 * 1024 + authorization.len())
             .input_buffer_size(64 * 1024)
             .proxy(proxy.clone())
             .tls_config(endpoint.tls.http(over_tls))
             .build();
-        let credentials = format!("{}:{}", endpoint.username, endpoint.password.expose());
         Api {
             agent: config.new_agent(),
             bases: Arc::new(endpoint.management_urls.clone()),
             current: Arc::new(AtomicUsize::new(0)),
-            authorization: format!("Basic {}", base64(credentials.as_bytes())),
+            authorization,
             user: endpoint.username.clone(),
             proxy,
         }

@@ -368,3 +368,72 @@ fn a_spec_error_is_not_held_back_by_a_silent_broker() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A password of 20 KB (a token stands in for one) is sent: the broker's answer is what is
+/// reported, not a client that could not write its own request.
+#[tokio::test]
+async fn a_long_password_gets_the_brokers_answer() {
+    let vhost = Vhost::new(BROKER, "connect-long-password").await;
+    let spec = spec(&vhost);
+    let file = secret_file(&vhost, &"t".repeat(20_000));
+    let env = [("HOPPER_AMQP_URL", BROKER.amqp()), ("HOPPER_MANAGEMENT_URL", BROKER.management())];
+    let out = hopper_env(&["diff", "--password-file", &file, &spec], &env);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    // RabbitMQ's web server refuses a header that long: HTTP 431, or 401 once a broker allows it.
+    assert!(
+        stderr.contains(&format!("the management API at {} answered HTTP 431", BROKER.management()))
+            || stderr.contains("refused the credentials"),
+        "{stderr}"
+    );
+    untouched(&vhost).await;
+}
+
+/// A front to the management API that adds `bytes` of header to the first response of each
+/// connection, as a proxy with large cookies may: its URL.
+fn padded_front(broker: Broker, bytes: usize) -> String {
+    use std::io::{BufRead, Write};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let api = broker.management();
+    let target = api.trim_start_matches("http://").split('/').next().unwrap().to_string();
+    let path = api.trim_start_matches("http://").trim_start_matches(target.as_str()).to_string();
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let Ok(server) = std::net::TcpStream::connect(&target) else { continue };
+            let (mut client_in, mut server_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            let (server_in, mut client_out) = (server, client);
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut client_in, &mut server_out);
+                let _ = server_out.shutdown(std::net::Shutdown::Write);
+            });
+            std::thread::spawn(move || {
+                let mut server_in = std::io::BufReader::new(server_in);
+                let mut status = Vec::new();
+                if server_in.read_until(b'\n', &mut status).is_ok() {
+                    let padding = format!("x-padding: {}\r\n", "p".repeat(bytes));
+                    let _ = client_out.write_all(&status).and_then(|()| client_out.write_all(padding.as_bytes()));
+                    let _ = std::io::copy(&mut server_in, &mut client_out);
+                }
+                let _ = client_out.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    format!("http://127.0.0.1:{port}{path}")
+}
+
+/// A response head of 40 KB is read whole: ureq accepts heads up to 64 KB, and hopper's
+/// response buffer holds one that size.
+#[tokio::test]
+async fn a_large_response_head_is_read() {
+    let vhost = Vhost::new(BROKER, "connect-large-head").await;
+    let spec = spec(&vhost);
+    let out = vhost.hopper(&["apply", &spec]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let front = padded_front(BROKER, 40_000);
+    let env = [("HOPPER_AMQP_URL", BROKER.amqp()), ("HOPPER_MANAGEMENT_URL", front.as_str())];
+    for args in [&["diff", &spec][..], &["inspect", "--vhost", &vhost.name]] {
+        let out = hopper_env(args, &env);
+        assert_eq!(out.status.code(), Some(0), "hopper {args:?}: {}", text(&out.stderr));
+    }
+}
