@@ -185,7 +185,7 @@ pub fn read(paths: &[PathBuf]) -> Result<Sources, LoadError> {
 /// Parses and validates files already in memory. Pure: the unit tests' entry point.
 pub fn from_sources(sources: Sources, vhost_override: Option<&str>) -> Result<Spec, SpecError> {
     let mut diagnostics = Vec::new();
-    // One topology a file is the usual layout; a Draft is over a kilobyte, so growing the vector
+    // One topology a file is the usual layout; a Draft is about a kilobyte, so growing the vector
     // by doubling copies megabytes at 10,000 files.
     let mut drafts = Vec::with_capacity(sources.len());
     for file in 0..sources.len() {
