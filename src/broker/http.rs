@@ -318,14 +318,23 @@ fn why(api: &Api, e: &HttpError) -> ApiError {
             )
         }
         // Request Header Fields Too Large: of hopper's headers only the credentials can grow, and
-        // a token used as a password runs to kilobytes.
-        HttpError::Status { status: 431, .. } => (
-            Cause::Refused,
-            format!(
-                "the management API at {url} answered HTTP 431 (request header fields too large): its web server refuses headers this long, and hopper's credentials header is {} bytes; a shorter password or token, or a larger header limit on the broker's management listener",
-                api.authorization.len()
-            ),
-        ),
+        // a token used as a password runs to kilobytes. A proxy has header limits of its own, so
+        // the answer may be the proxy's: it is named where there is one.
+        HttpError::Status { status: 431, .. } => {
+            let through = api.through();
+            let limits = if through.is_empty() {
+                "the broker's management listener"
+            } else {
+                "the proxy or the broker's management listener"
+            };
+            (
+                Cause::Refused,
+                format!(
+                    "the management API at {url}{through} answered HTTP 431 (request header fields too large): its web server refuses headers this long, and hopper's credentials header is {} bytes; a shorter password or token, or a larger header limit on {limits}",
+                    api.authorization.len()
+                ),
+            )
+        }
         HttpError::Status { status, reason, html } => (
             Cause::Other,
             format!(
