@@ -15,8 +15,16 @@ macro_rules! name_type {
         $(#[$doc])*
         /// Shared, not copied: the same name appears in a queue, its bindings and every network
         /// built from them, a million times in a large spec.
-        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
         pub struct $name(Arc<str>);
+
+        /// As the text itself: quoted and escaped, as messages show a name (`{:?}`), so that a
+        /// name can never end a line or rewrite the terminal.
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Debug::fmt(&*self.0, f)
+            }
+        }
 
         impl $name {
             pub fn new(name: impl Into<String>) -> Self {
@@ -25,6 +33,11 @@ macro_rules! name_type {
 
             pub fn as_str(&self) -> &str {
                 &self.0
+            }
+
+            /// The name's text itself, shared: an argument naming this object holds it too.
+            pub fn shared(&self) -> Arc<str> {
+                self.0.clone()
             }
         }
 
@@ -41,8 +54,19 @@ macro_rules! name_type {
         }
 
         impl<'de> Deserialize<'de> for $name {
+            /// Straight from the text to the shared name, with no `String` made first.
             fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                String::deserialize(d).map($name::new)
+                struct Text;
+                impl serde::de::Visitor<'_> for Text {
+                    type Value = Arc<str>;
+                    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                        f.write_str("a string")
+                    }
+                    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Arc<str>, E> {
+                        Ok(Arc::from(s))
+                    }
+                }
+                d.deserialize_str(Text).map($name)
             }
         }
 
@@ -123,6 +147,22 @@ name_type!(
     /// An exchange's name within its vhost; the empty name is the default exchange.
     ExchangeName
 );
+name_type!(
+    /// A binding's routing key; a wait queue's return binding's is the queue's name, shared.
+    RoutingKey
+);
+
+impl From<QueueName> for RoutingKey {
+    fn from(q: QueueName) -> Self {
+        RoutingKey(q.0)
+    }
+}
+
+impl From<&QueueName> for RoutingKey {
+    fn from(q: &QueueName) -> Self {
+        RoutingKey(q.0.clone())
+    }
+}
 
 impl ExchangeName {
     /// The default exchange, which routes to the queue named by the routing key.
@@ -149,7 +189,8 @@ pub fn is_unsafe_char(c: char) -> bool {
 pub enum ArgValue {
     Bool(bool),
     Int(i64),
-    Str(String),
+    /// Shared: the names a compiled queue's arguments hold are its topology's own.
+    Str(Arc<str>),
     /// Anything else (a float, an array, a table), as the JSON RabbitMQ showed. hopper sets no
     /// such argument; it is kept so that it is compared and shown, never dropped.
     Other(String),
@@ -172,7 +213,7 @@ impl Serialize for ArgValue {
 }
 
 impl ArgValue {
-    pub fn str(s: impl Into<String>) -> ArgValue {
+    pub fn str(s: impl Into<Arc<str>>) -> ArgValue {
         ArgValue::Str(s.into())
     }
 
@@ -303,6 +344,15 @@ impl Arguments {
 
     pub fn len(&self) -> usize {
         self.entries().len()
+    }
+}
+
+impl Arguments {
+    /// From entries already in key order, each key once, as a listing's are once read.
+    pub fn from_sorted(mut entries: Vec<(ArgKey, ArgValue)>) -> Arguments {
+        debug_assert!(entries.windows(2).all(|w| w[0].0 < w[1].0), "keys sorted and unique");
+        entries.shrink_to_fit();
+        Arguments((!entries.is_empty()).then(|| Arc::new(entries)))
     }
 }
 
@@ -492,7 +542,7 @@ pub struct Binding {
     pub source: ExchangeName,
     #[serde(flatten)]
     pub destination: Destination,
-    pub routing_key: String,
+    pub routing_key: RoutingKey,
     #[serde(skip_serializing_if = "Arguments::is_empty")]
     pub arguments: Arguments,
 }
@@ -502,7 +552,7 @@ impl Binding {
     pub fn to_queue(
         source: impl Into<ExchangeName>,
         queue: impl Into<QueueName>,
-        routing_key: impl Into<String>,
+        routing_key: impl Into<RoutingKey>,
     ) -> Self {
         Binding {
             source: source.into(),

@@ -631,7 +631,8 @@ pub fn field_table(args: &Arguments) -> FieldTable {
         let value = match v {
             ArgValue::Bool(b) => AMQPValue::Boolean(*b),
             ArgValue::Int(n) => AMQPValue::LongLongInt(*n),
-            ArgValue::Str(s) | ArgValue::Other(s) => AMQPValue::LongString(LongString::from(s.as_str())),
+            ArgValue::Str(s) => AMQPValue::LongString(LongString::from(&**s)),
+            ArgValue::Other(s) => AMQPValue::LongString(LongString::from(s.as_str())),
         };
         table.insert(ShortString::from(k), value);
     }
@@ -681,11 +682,11 @@ fn value_of(text: &str) -> Option<ArgValue> {
     let kind = text[after..].split_once("of type ").and_then(|(_, t)| quoted(t)).map(|(k, _)| k);
     Some(match (kind.as_deref(), value.as_str()) {
         (Some("signedint" | "long" | "short" | "byte" | "unsignedbyte" | "unsignedshort" | "unsignedint"), v) => {
-            v.parse().map_or(ArgValue::Str(value.clone()), ArgValue::Int)
+            v.parse().map_or(ArgValue::str(value.as_str()), ArgValue::Int)
         }
         (Some("bool") | None, "true") => ArgValue::Bool(true),
         (Some("bool") | None, "false") => ArgValue::Bool(false),
-        _ => ArgValue::Str(value),
+        _ => ArgValue::str(value),
     })
 }
 

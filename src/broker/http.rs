@@ -16,7 +16,7 @@ use super::Endpoint;
 use super::identity::Identity;
 use super::progress::{Answer, Progress};
 use crate::live::{Alarm, Live, LiveExchange, LiveQueue, Member, Node, Placement};
-use crate::model::{ArgKey, ArgValue, Arguments, Binding, Destination, ExchangeName, arg};
+use crate::model::{ArgKey, ArgValue, Arguments, Binding, Destination, ExchangeName, QueueName, arg};
 use crate::policy::AppliedPolicy;
 
 /// A client of one management API, signed in as the run's user.
@@ -411,9 +411,9 @@ pub struct ExchangeInfo {
 /// derived reader refuses); a field the listing leaves out has its default.
 #[derive(Debug)]
 pub struct QueueInfo {
-    pub name: String,
+    pub name: QueueName,
     /// `classic`, `quorum` or `stream`.
-    pub kind: String,
+    pub kind: Cow<'static, str>,
     pub durable: bool,
     pub auto_delete: bool,
     pub arguments: Arguments,
@@ -424,7 +424,7 @@ pub struct QueueInfo {
     /// A classic queue's node; a quorum queue's leader on some releases.
     pub node: Option<String>,
     /// A classic queue whose node is down is `down`.
-    pub state: Option<String>,
+    pub state: Option<Cow<'static, str>>,
     /// A quorum queue's leader, members and the members the broker counts online (this lags
     /// behind a node that stopped by seconds, so a member also counts offline when its node does
     /// not run).
@@ -506,8 +506,8 @@ impl<'de> Deserialize<'de> for ListedQueue {
                 let (mut name, mut durable, mut auto_delete) = (None, None, None);
                 let mut unreadable_online = None;
                 let mut q = QueueInfo {
-                    name: String::new(),
-                    kind: classic(),
+                    name: QueueName::default(),
+                    kind: Cow::Borrowed(CLASSIC),
                     durable: false,
                     auto_delete: false,
                     arguments: Arguments::new(),
@@ -523,7 +523,7 @@ impl<'de> Deserialize<'de> for ListedQueue {
                 while let Some(field) = map.next_key::<QueueField>()? {
                     match field {
                         QueueField::Name => name = Some(map.next_value()?),
-                        QueueField::Type => q.kind = map.next_value()?,
+                        QueueField::Type => q.kind = known(map.next_value::<Text>()?.0, QUEUE_TYPES),
                         QueueField::Durable => durable = Some(map.next_value()?),
                         QueueField::AutoDelete => auto_delete = Some(map.next_value()?),
                         QueueField::Arguments => q.arguments = map.next_value::<ListedArguments>()?.0,
@@ -531,7 +531,7 @@ impl<'de> Deserialize<'de> for ListedQueue {
                         QueueField::MessagesUnacknowledged => q.messages_unacknowledged = map.next_value()?,
                         QueueField::Consumers => q.consumers = map.next_value()?,
                         QueueField::Node => q.node = map.next_value()?,
-                        QueueField::State => q.state = map.next_value()?,
+                        QueueField::State => q.state = map.next_value::<Option<Text>>()?.map(|s| known(s.0, STATES)),
                         QueueField::Leader => q.leader = map.next_value()?,
                         QueueField::Members => q.members = map.next_value()?,
                         // Not known is `null` or `""` (RabbitMQ's `''`, what a queue type's
@@ -582,6 +582,23 @@ impl<'de> Deserialize<'de> for ListedQueue {
                 without_position(&e)
             ))
         })
+    }
+}
+
+/// Text of an answer, borrowed from it where it holds no escapes.
+#[derive(Deserialize)]
+struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
+
+/// Queue types and states as listed: one of these is shared, not made per queue.
+const QUEUE_TYPES: &[&str] = &[CLASSIC, "quorum", "stream"];
+const STATES: &[&str] = &["running", "down", "crashed", "stopped", "minority"];
+const CLASSIC: &str = "classic";
+
+/// `text` as one of `known`, shared, or else as its own copy.
+fn known(text: Cow<'_, str>, known: &[&'static str]) -> Cow<'static, str> {
+    match known.iter().find(|k| **k == text) {
+        Some(k) => Cow::Borrowed(k),
+        None => Cow::Owned(text.into_owned()),
     }
 }
 
@@ -645,7 +662,7 @@ impl<'de> Deserialize<'de> for ListedBindings {
                     bindings.push(Binding {
                         source: (&*b.source).into(),
                         destination,
-                        routing_key: b.routing_key.into_owned(),
+                        routing_key: (&*b.routing_key).into(),
                         arguments: b.arguments.0,
                     });
                 }
@@ -667,10 +684,6 @@ pub struct NodeInfo {
     pub mem_alarm: bool,
     #[serde(default)]
     pub disk_free_alarm: bool,
-}
-
-fn classic() -> String {
-    "classic".into()
 }
 
 /// The fields of a binding's listing that `BindingInfo` reads, asked for as its `columns`.
@@ -816,7 +829,9 @@ async fn list_with(api: &Api, vhost: &str, stats: Stats, progress: &Progress) ->
             .map(|ListedQueue(mut q)| {
                 let mut arguments = std::mem::take(&mut q.arguments);
                 // Older brokers leave out `x-queue-type` for queues declared without it.
-                arguments.insert_if_absent(arg::QUEUE_TYPE, ArgValue::Str(q.kind.clone()));
+                if !arguments.contains_key(arg::QUEUE_TYPE) {
+                    arguments.insert(arg::QUEUE_TYPE, ArgValue::str(&*q.kind));
+                }
                 let queue = LiveQueue {
                     durable: q.durable,
                     auto_delete: q.auto_delete,
@@ -827,9 +842,9 @@ async fn list_with(api: &Api, vhost: &str, stats: Stats, progress: &Progress) ->
                     messages: counted.then_some(q.messages),
                     unacked: counted.then_some(q.messages_unacknowledged),
                     consumers: counted.then_some(q.consumers),
-                    placement: nodes.as_deref().and_then(|nodes| placement(&q, nodes)),
+                    placement: nodes.as_deref().and_then(|nodes| placement(&mut q, nodes)),
                 };
-                (q.name.into(), queue)
+                (q.name, queue)
             })
             .collect();
         Ok((queues, nodes))
@@ -862,9 +877,9 @@ fn node(n: NodeInfo) -> Node {
 
 /// Where a queue lives, judged against which nodes run: a quorum member is online only when the
 /// broker says so and its node runs; a classic queue is available while its node runs.
-fn placement(q: &QueueInfo, nodes: &[Node]) -> Option<Placement> {
+fn placement(q: &mut QueueInfo, nodes: &[Node]) -> Option<Placement> {
     let running = |name: &str| nodes.iter().any(|n| n.name == name && n.running);
-    match q.kind.as_str() {
+    match &*q.kind {
         "quorum" => {
             let members = q.members.as_ref()?;
             let members = members
@@ -874,10 +889,10 @@ fn placement(q: &QueueInfo, nodes: &[Node]) -> Option<Placement> {
                     online: running(m) && q.online.as_ref().is_none_or(|o| o.contains(m)),
                 })
                 .collect();
-            Some(Placement::Quorum { leader: q.leader.clone(), members })
+            Some(Placement::Quorum { leader: q.leader.take(), members })
         }
         "classic" => {
-            let node = q.node.clone()?;
+            let node = q.node.take()?;
             let available = running(&node) && q.state.as_deref() != Some("down");
             Some(Placement::Classic { node, available })
         }
@@ -952,9 +967,6 @@ pub struct ListedArguments(pub Arguments);
 
 impl<'de> Deserialize<'de> for ListedArguments {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ListedArguments, D::Error> {
-        /// A name, borrowed from the answer where it holds no escapes.
-        #[derive(Deserialize)]
-        struct Key<'a>(#[serde(borrow)] Cow<'a, str>);
         struct Entries;
         impl<'de> serde::de::Visitor<'de> for Entries {
             type Value = Arguments;
@@ -963,35 +975,83 @@ impl<'de> Deserialize<'de> for ListedArguments {
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Arguments, A::Error> {
                 let mut entries: Vec<(ArgKey, Option<ArgValue>)> = Vec::new();
-                while let Some(Key(key)) = map.next_key()? {
-                    let value = arg(map.next_value()?);
+                while let Some(Text(key)) = map.next_key()? {
+                    let value = map.next_value::<Listed>()?.0;
                     let key: ArgKey = match arg::NAMED.iter().find(|named| **named == key) {
                         Some(named) => Cow::Borrowed(named),
                         None => Cow::Owned(key.into_owned()),
                     };
                     entries.push((key, value));
                 }
+                // A binding's or an exchange's are mostly `{}`.
+                if entries.is_empty() {
+                    return Ok(Arguments::new());
+                }
                 // The last of a name listed twice wins, as in a map, even when it is `null`: it
                 // then leaves no value, not the one listed before it.
                 entries.reverse();
                 entries.sort_by(|a, b| a.0.cmp(&b.0));
                 entries.dedup_by(|later, earlier| later.0 == earlier.0);
-                Ok(entries.into_iter().filter_map(|(key, value)| Some((key, value?))).collect())
+                Ok(Arguments::from_sorted(entries.into_iter().filter_map(|(key, value)| Some((key, value?))).collect()))
             }
         }
         Ok(ListedArguments(d.deserialize_map(Entries)?))
     }
 }
 
-/// A value as the management API lists it; `null` is no value.
+/// A policy's value as the management API lists it; `null` is no value.
 fn arg(v: Value) -> Option<ArgValue> {
     Some(match v {
-        Value::String(s) => ArgValue::Str(s),
+        Value::String(s) => ArgValue::str(s),
         Value::Bool(b) => ArgValue::Bool(b),
         Value::Number(n) => n.as_i64().map_or_else(|| ArgValue::Other(n.to_string()), ArgValue::Int),
         Value::Null => return None,
         other => ArgValue::Other(other.to_string()),
     })
+}
+
+/// An argument's value as the management API lists it, read as `arg` reads it, but straight
+/// from the text where it is a string, a boolean or an integer, as almost every argument is,
+/// with no JSON value made first; anything else is kept as the JSON it was listed as.
+struct Listed(Option<ArgValue>);
+
+impl<'de> Deserialize<'de> for Listed {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Listed, D::Error> {
+        struct Value;
+        impl<'de> serde::de::Visitor<'de> for Value {
+            type Value = Option<ArgValue>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an argument's value")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Self::Value, E> {
+                Ok(Some(ArgValue::str(s)))
+            }
+            fn visit_bool<E: serde::de::Error>(self, b: bool) -> Result<Self::Value, E> {
+                Ok(Some(ArgValue::Bool(b)))
+            }
+            fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Self::Value, E> {
+                Ok(Some(ArgValue::Int(n)))
+            }
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Self::Value, E> {
+                Ok(Some(i64::try_from(n).map_or_else(|_| ArgValue::Other(n.to_string()), ArgValue::Int)))
+            }
+            fn visit_f64<E: serde::de::Error>(self, n: f64) -> Result<Self::Value, E> {
+                Ok(Some(ArgValue::Other(serde_json::Value::from(n).to_string())))
+            }
+            fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+                Ok(None)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+                let listed = serde_json::Value::deserialize(serde::de::value::SeqAccessDeserializer::new(seq))?;
+                Ok(Some(ArgValue::Other(listed.to_string())))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                let listed = serde_json::Value::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                Ok(Some(ArgValue::Other(listed.to_string())))
+            }
+        }
+        d.deserialize_any(Value).map(Listed)
+    }
 }
 
 /// Creates a vhost (tests and quickstarts; `apply` itself never creates one).
@@ -1054,7 +1114,7 @@ mod tests {
         );
         assert_eq!(qs[0].arguments.get("x-queue-type"), Some(&ArgValue::str("quorum")));
         assert_eq!(
-            (qs[1].kind.as_str(), qs[1].node.as_deref(), qs[1].online.as_ref()),
+            (&*qs[1].kind, qs[1].node.as_deref(), qs[1].online.as_ref()),
             ("classic", Some("n2"), None),
             "the last value, classic by default"
         );
@@ -1148,6 +1208,36 @@ mod tests {
             ]
         );
         assert!(serde_json::from_str::<ListedArguments>(r#"["x-message-ttl"]"#).is_err(), "a list is not arguments");
+    }
+
+    /// Read straight from the text, a value is what the JSON value a policy's is read through
+    /// makes of it, at the edges of the integers and in every other kind of JSON.
+    #[test]
+    fn an_argument_is_read_as_its_json_value_would_be() {
+        for json in [
+            "0",
+            "-1",
+            "9223372036854775807",
+            "-9223372036854775808",
+            "9223372036854775808",
+            "18446744073709551615",
+            "1.5",
+            "1e3",
+            "-0.0",
+            "2.5E-7",
+            "true",
+            "false",
+            "null",
+            r#""""#,
+            r#""a\"b\u00e9\n""#,
+            "[]",
+            r#"[1,"a",null]"#,
+            "{}",
+            r#"{"b":{"c":[true]},"a":1}"#,
+        ] {
+            let Listed(read) = serde_json::from_str(json).unwrap();
+            assert_eq!(read, arg(serde_json::from_str(json).unwrap()), "{json}");
+        }
     }
 
     #[test]

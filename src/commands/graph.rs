@@ -141,7 +141,7 @@ fn drawing(v: usize, n: &Network) -> Drawing {
             Destination::Exchange(e) => id(Node::Exchange(e.clone()), &mut nodes),
             Destination::Queue(q) => id(Node::Queue(q.clone()), &mut nodes),
         };
-        edges.push((from, to, b.routing_key.clone(), false));
+        edges.push((from, to, b.routing_key.to_string(), false));
     }
     // Native retry: the queue holds a failed message back and delivers it again itself.
     for name in n.queue_names() {

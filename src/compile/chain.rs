@@ -9,11 +9,11 @@ use crate::spec::Topology;
 
 pub(super) fn compile(t: &Topology, objects: &mut Vec<Object>) {
     objects.push(exchange(&t.retry_exchange, ExchangeType::Direct));
-    objects.push(binding(&t.retry_exchange, &t.dead_letter_queue, &t.max_attempts.to_string()));
+    objects.push(binding(&t.retry_exchange, &t.dead_letter_queue, t.max_attempts.to_string()));
     for attempt in (1..=t.max_attempts).rev() {
         let work = t.work_queue(attempt);
         let mut args = work_queue_arguments(t);
-        args.insert(arg::DEAD_LETTER_EXCHANGE, ArgValue::str(t.retry_exchange.as_str()));
+        args.insert(arg::DEAD_LETTER_EXCHANGE, ArgValue::Str(t.retry_exchange.shared()));
         args.insert(arg::DEAD_LETTER_ROUTING_KEY, ArgValue::str(attempt.to_string()));
         objects.push(Object::Queue(Queue {
             name: work.clone(),
@@ -24,9 +24,10 @@ pub(super) fn compile(t: &Topology, objects: &mut Vec<Object>) {
         if attempt > 1 {
             let hop = attempt - 1;
             let wait = t.wait_queue(hop);
-            objects.push(binding(&t.retry_exchange, &work, &t.return_key(hop)));
-            objects.push(Object::Queue(wait_queue(t, wait.clone(), vec![hop], t.delay(hop), &t.return_key(hop))));
-            objects.push(binding(&t.retry_exchange, &wait, &hop.to_string()));
+            let return_key = t.return_key(hop);
+            objects.push(binding(&t.retry_exchange, &work, return_key.clone()));
+            objects.push(Object::Queue(wait_queue(t, wait.clone(), vec![hop], t.delay(hop), &return_key)));
+            objects.push(binding(&t.retry_exchange, &wait, hop.to_string()));
         }
     }
 }

@@ -6,12 +6,14 @@ mod names;
 pub mod native;
 mod republish;
 
+use std::sync::LazyLock;
+
 use serde::Serialize;
 
 pub use names::GeneratedName;
 
 use crate::model::{
-    ArgValue, Arguments, Binding, Exchange, ExchangeName, ExchangeType, Object, Queue, QueueName, Role, arg,
+    ArgValue, Arguments, Binding, Exchange, ExchangeName, ExchangeType, Object, Queue, QueueName, Role, RoutingKey, arg,
 };
 use crate::spec::{QueueType, Strategy, Topology};
 
@@ -60,7 +62,7 @@ pub fn compile_topology(t: &Topology) -> CompiledTopology {
     // Producers' entry point last: no message flows in before everything downstream exists.
     objects.push(exchange(&t.exchange, t.exchange_type.into()));
     for key in &t.routing_keys {
-        objects.push(binding(&t.exchange, &t.queue, key));
+        objects.push(binding(&t.exchange, &t.queue, key.as_str()));
     }
     CompiledTopology { topology: t.clone(), objects }
 }
@@ -71,13 +73,21 @@ pub fn compile_topology(t: &Topology) -> CompiledTopology {
 /// Through a binding rather than the default exchange, so that `apply --migrate` can point the
 /// return at another queue while it switches the target's arguments: a dead letter sent to a
 /// queue name that does not exist for a moment is dropped by the broker.
-fn wait_queue(t: &Topology, name: QueueName, hops: Vec<u32>, delay: std::time::Duration, return_key: &str) -> Queue {
-    let mut args = Arguments::new();
-    args.insert(arg::QUEUE_TYPE, str(t.queue_type.as_str()));
-    args.insert(arg::MESSAGE_TTL, ArgValue::Int(delay.as_millis() as i64));
-    args.insert(arg::DEAD_LETTER_EXCHANGE, str(&t.retry_exchange));
-    args.insert(arg::DEAD_LETTER_ROUTING_KEY, str(return_key));
-    at_least_once(t, &mut args);
+fn wait_queue(
+    t: &Topology,
+    name: QueueName,
+    hops: Vec<u32>,
+    delay: std::time::Duration,
+    return_key: &RoutingKey,
+) -> Queue {
+    let args = [
+        (arg::QUEUE_TYPE, queue_type(t)),
+        (arg::MESSAGE_TTL, ArgValue::Int(delay.as_millis() as i64)),
+        (arg::DEAD_LETTER_EXCHANGE, ArgValue::Str(t.retry_exchange.shared())),
+        (arg::DEAD_LETTER_ROUTING_KEY, ArgValue::Str(return_key.shared())),
+    ];
+    // Collected once, not inserted one by one: each insert searches and shifts the list.
+    let args = args.into_iter().chain(at_least_once(t)).collect();
     Queue {
         name,
         durable: true,
@@ -99,17 +109,19 @@ pub fn legacy_wait_queue(q: &Queue, target: &QueueName) -> Option<Queue> {
 
 fn work_queue_arguments(t: &Topology) -> Arguments {
     let mut args = Arguments::new();
-    args.insert(arg::QUEUE_TYPE, str(t.queue_type.as_str()));
+    args.insert(arg::QUEUE_TYPE, queue_type(t));
     if let Some(limit) = t.effective_delivery_limit() {
         args.insert(arg::DELIVERY_LIMIT, ArgValue::Int(limit));
     }
-    at_least_once(t, &mut args);
+    for (key, value) in at_least_once(t) {
+        args.insert(key, value);
+    }
     args
 }
 
 fn dead_letter_queue_arguments(t: &Topology) -> Arguments {
     let mut args = Arguments::new();
-    args.insert(arg::QUEUE_TYPE, str(t.queue_type.as_str()));
+    args.insert(arg::QUEUE_TYPE, queue_type(t));
     if t.queue_type == QueueType::Quorum {
         args.insert(arg::DELIVERY_LIMIT, ArgValue::Int(DEAD_LETTER_DELIVERY_LIMIT));
     }
@@ -118,23 +130,38 @@ fn dead_letter_queue_arguments(t: &Topology) -> Arguments {
 
 /// Quorum queues dead-letter at most once unless told otherwise, and silently stay at most once
 /// under the default drop-head overflow.
-fn at_least_once(t: &Topology, args: &mut Arguments) {
-    if t.queue_type == QueueType::Quorum {
-        args.insert(arg::DEAD_LETTER_STRATEGY, str("at-least-once"));
-        args.insert(arg::OVERFLOW, str("reject-publish"));
-    }
+fn at_least_once(t: &Topology) -> impl Iterator<Item = (&'static str, ArgValue)> {
+    let quorum = t.queue_type == QueueType::Quorum;
+    [(arg::DEAD_LETTER_STRATEGY, &AT_LEAST_ONCE), (arg::OVERFLOW, &REJECT_PUBLISH)]
+        .into_iter()
+        .filter(move |_| quorum)
+        .map(|(key, value)| (key, ArgValue::clone(value)))
 }
 
 fn exchange(name: &ExchangeName, kind: ExchangeType) -> Object {
     Object::Exchange(Exchange { name: name.clone(), kind, durable: true })
 }
 
-fn binding(source: &ExchangeName, destination: &QueueName, key: &str) -> Object {
+fn binding(source: &ExchangeName, destination: &QueueName, key: impl Into<RoutingKey>) -> Object {
     Object::Binding(Binding::to_queue(source.clone(), destination.clone(), key))
 }
 
+// The values every queue of a kind has, made once and shared, as the names are: 10,000
+// topologies declare 50,000 `x-queue-type`s.
+static CLASSIC: LazyLock<ArgValue> = LazyLock::new(|| ArgValue::str(QueueType::Classic.as_str()));
+static QUORUM: LazyLock<ArgValue> = LazyLock::new(|| ArgValue::str(QueueType::Quorum.as_str()));
+static AT_LEAST_ONCE: LazyLock<ArgValue> = LazyLock::new(|| ArgValue::str("at-least-once"));
+static REJECT_PUBLISH: LazyLock<ArgValue> = LazyLock::new(|| ArgValue::str("reject-publish"));
+
+fn queue_type(t: &Topology) -> ArgValue {
+    match t.queue_type {
+        QueueType::Classic => CLASSIC.clone(),
+        QueueType::Quorum => QUORUM.clone(),
+    }
+}
+
 fn str(s: &str) -> ArgValue {
-    ArgValue::Str(s.to_string())
+    ArgValue::str(s)
 }
 
 #[cfg(test)]

@@ -14,8 +14,8 @@ pub const DELAYED_RETRY_MAX: &str = "x-delayed-retry-max";
 
 pub(super) fn compile(t: &Topology, objects: &mut Vec<Object>) {
     let mut args = work_queue_arguments(t);
-    args.insert(arg::DEAD_LETTER_EXCHANGE, ArgValue::str(t.dead_letter_exchange.as_str()));
-    args.insert(arg::DEAD_LETTER_ROUTING_KEY, ArgValue::str(t.dead_letter_queue.as_str()));
+    args.insert(arg::DEAD_LETTER_EXCHANGE, ArgValue::Str(t.dead_letter_exchange.shared()));
+    args.insert(arg::DEAD_LETTER_ROUTING_KEY, ArgValue::Str(t.dead_letter_queue.shared()));
     if t.hops() > 0 {
         // Validation made the schedule linear: the first delay, growing by itself, capped at the
         // longest.

@@ -7,8 +7,8 @@ use crate::spec::Topology;
 
 pub(super) fn compile(t: &Topology, objects: &mut Vec<Object>) {
     let mut args = work_queue_arguments(t);
-    args.insert(arg::DEAD_LETTER_EXCHANGE, ArgValue::str(t.dead_letter_exchange.as_str()));
-    args.insert(arg::DEAD_LETTER_ROUTING_KEY, ArgValue::str(t.dead_letter_queue.as_str()));
+    args.insert(arg::DEAD_LETTER_EXCHANGE, ArgValue::Str(t.dead_letter_exchange.shared()));
+    args.insert(arg::DEAD_LETTER_ROUTING_KEY, ArgValue::Str(t.dead_letter_queue.shared()));
     objects.push(Object::Queue(Queue {
         name: t.queue.clone(),
         durable: true,
@@ -36,14 +36,15 @@ pub(super) fn compile(t: &Topology, objects: &mut Vec<Object>) {
             }
         }
     }
+    let return_key = t.return_key(1);
     objects.push(exchange(&t.retry_exchange, ExchangeType::Direct));
-    objects.push(binding(&t.retry_exchange, &t.queue, &t.return_key(1)));
-    for (name, hops, delay, _) in &waits {
-        objects.push(Object::Queue(wait_queue(t, name.clone(), hops.clone(), *delay, &t.return_key(1))));
+    objects.push(binding(&t.retry_exchange, &t.queue, return_key.clone()));
+    for (name, hops, delay, _) in &mut waits {
+        objects.push(Object::Queue(wait_queue(t, name.clone(), std::mem::take(hops), *delay, &return_key)));
     }
-    for (name, _, _, keys) in &waits {
+    for (name, _, _, keys) in waits {
         for key in keys {
-            objects.push(binding(&t.retry_exchange, name, key));
+            objects.push(binding(&t.retry_exchange, &name, key));
         }
     }
 }

@@ -12,7 +12,7 @@ fn compiled(toml: &str) -> CompiledTopology {
 }
 
 fn s(v: &str) -> ArgValue {
-    ArgValue::Str(v.to_string())
+    ArgValue::str(v)
 }
 
 fn args(pairs: &[(&str, ArgValue)]) -> Arguments {
@@ -57,7 +57,7 @@ fn keys(c: &CompiledTopology, source: &str, destination: &str) -> Vec<String> {
     bindings(c)
         .into_iter()
         .filter(|b| b.source == source && b.destination.name() == destination)
-        .map(|b| b.routing_key.clone())
+        .map(|b| b.routing_key.to_string())
         .collect()
 }
 
@@ -65,7 +65,7 @@ fn keys(c: &CompiledTopology, source: &str, destination: &str) -> Vec<String> {
 fn bindings_from(c: &CompiledTopology, source: &str) -> BTreeMap<String, BTreeSet<String>> {
     let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for b in bindings(c).into_iter().filter(|b| b.source == source) {
-        out.entry(b.routing_key.clone()).or_default().insert(b.destination.name().to_string());
+        out.entry(b.routing_key.to_string()).or_default().insert(b.destination.name().to_string());
     }
     out
 }

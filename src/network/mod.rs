@@ -374,7 +374,7 @@ impl Network {
                 (self.has(queue, Setting::MaxLength) || self.has(queue, Setting::MaxLengthBytes))
                     && match self.setting(queue, Setting::Overflow).map(|e| e.value) {
                         None => true,
-                        Some(ArgValue::Str(s)) => s == "drop-head" || (s == "reject-publish-dlx" && !q.quorum),
+                        Some(ArgValue::Str(s)) => &*s == "drop-head" || (&*s == "reject-publish-dlx" && !q.quorum),
                         Some(_) => false,
                     }
             }
@@ -400,7 +400,7 @@ impl Network {
     /// The effective value of a setting, as text (strings unquoted).
     pub fn text(&self, queue: &str, setting: Setting) -> Option<String> {
         self.setting(queue, setting).map(|e| match e.value {
-            ArgValue::Str(s) => s,
+            ArgValue::Str(s) => s.to_string(),
             other => other.to_string(),
         })
     }

@@ -10,7 +10,7 @@ use crate::broker::amqp::{Outcome, Session};
 use crate::broker::mover::{self, Moved, Until};
 use crate::broker::{Endpoint, http};
 use crate::live::Live;
-use crate::model::{Arguments, Binding, Destination, ExchangeName, Queue, QueueName};
+use crate::model::{Arguments, Binding, Destination, ExchangeName, Queue, QueueName, RoutingKey};
 use crate::plan::is_quorum;
 use crate::plan::migrate::{Stage, feeding_bindings, holding_queue, stage};
 
@@ -96,11 +96,11 @@ async fn empty_into(session: &mut Session, live: &Live, from: &QueueName, to: &Q
         );
     }
     // What feeds either queue, by source, key and arguments: the destination is what moves.
-    let bindings: BTreeSet<(ExchangeName, String, Arguments)> = feeding_bindings(live, from)
+    let bindings: BTreeSet<(ExchangeName, RoutingKey, Arguments)> = feeding_bindings(live, from)
         .chain(feeding_bindings(live, to))
         .map(|b| (b.source.clone(), b.routing_key.clone(), b.arguments.clone()))
         .collect();
-    let to_binding = |queue: &QueueName, (source, key, args): &(ExchangeName, String, Arguments)| Binding {
+    let to_binding = |queue: &QueueName, (source, key, args): &(ExchangeName, RoutingKey, Arguments)| Binding {
         source: source.clone(),
         destination: Destination::Queue(queue.clone()),
         routing_key: key.clone(),

@@ -48,12 +48,14 @@ pub fn parse(text: &str) -> Result<Duration, (String, String)> {
 /// It is part of wait queue names, so it must be stable and free of spaces.
 pub fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
-    for (unit, size) in [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000)] {
-        if ms.is_multiple_of(size) {
-            return format!("{}{unit}", ms / size);
-        }
-    }
-    format!("{ms}ms")
+    let (count, unit) = [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000)]
+        .into_iter()
+        .find(|(_, size)| ms.is_multiple_of(*size))
+        .map_or((ms, "ms"), |(unit, size)| (ms / size, unit));
+    // Pushed, not formatted: every wait queue's name holds its delay, twice a queue compiled.
+    let mut text = u64::try_from(count).map_or_else(|_| count.to_string(), |n| n.to_string());
+    text.push_str(unit);
+    text
 }
 
 pub fn serialize_all<S: Serializer>(delays: &[Duration], s: S) -> Result<S::Ok, S::Error> {
