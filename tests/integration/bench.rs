@@ -152,6 +152,40 @@ async fn small_move(broker: Broker) {
 
 on_every_broker!(small_run, small_move);
 
+/// A GET whose connection closes with no answer is sent once more on a new connection, and
+/// counted; a second failure is the run's error.
+#[test]
+fn a_get_the_broker_drops_unanswered_is_sent_again_and_counted() {
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // Reads a request head, then answers it or closes the connection unanswered.
+    let serve = move |answers: Vec<bool>| {
+        for answer in answers {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap() == 1 {
+                head.push(byte[0]);
+            }
+            if answer {
+                stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\n[]").unwrap();
+            }
+        }
+    };
+    let mut broker = bench::Broker::matrix("4.3").unwrap();
+    broker.management = format!("http://127.0.0.1:{port}/api");
+    let http = bench::Http::new(&broker);
+    let server = std::thread::spawn(move || serve(vec![false, true, false, false]));
+    assert_eq!(http.get_json("/queues").unwrap(), serde_json::json!([]));
+    assert_eq!(http.take_resent(), 1);
+    let error = http.get_json("/queues").unwrap_err();
+    assert!(format!("{error:#}").contains("GET http://127.0.0.1"), "{error:#}");
+    assert_eq!(http.take_resent(), 1, "sent again once, not more");
+    server.join().unwrap();
+}
+
 /// The quiet machine's arithmetic, on `/proc/stat` text and sequences of busy shares.
 #[test]
 fn quiet_reads_proc_stat_and_waits_for_two_quiet_seconds() {
