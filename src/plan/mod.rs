@@ -467,35 +467,35 @@ fn refuse_blind_moves(index: &Index, live: &Live, steps: &mut [Step]) {
 }
 
 fn step(object: &Object, live: &Live, vhost: &str, index: &Index, options: &Options) -> Step {
-    let object = object.clone();
-    match &object {
+    // Each step holds its object: cloned once, by the branch that makes the step.
+    match object {
         Object::Exchange(e) => match live.exchanges.get(&e.name) {
-            None => Step::Create { object },
+            None => Step::Create { object: object.clone() },
             Some(l) => {
                 let differences = exchange_differences(e, l);
                 if differences.is_empty() {
-                    Step::InSync { object, note: None }
+                    Step::InSync { object: object.clone(), note: None }
                 } else {
                     let owners = index.moving_bindings_of(&e.name);
                     let ways_out = remedy::exchange_ways_out(options, vhost, owners, e, &differences);
-                    Step::Conflict { object, differences, ways_out }
+                    Step::Conflict { object: object.clone(), differences, ways_out }
                 }
             }
         },
         Object::Queue(q) => queue_step(q, live, vhost, index, options),
         Object::Binding(b) => match &live.bindings {
-            None => Step::Ensure { object },
-            Some(set) if set.contains(b) => Step::InSync { object, note: None },
+            None => Step::Ensure { object: object.clone() },
+            Some(set) if set.contains(b) => Step::InSync { object: object.clone(), note: None },
             Some(set) => match held_during_migration(b, set) {
                 // Declared again now, the binding would copy every message into both queues
                 // until the migration moves it back.
                 Some(holding) => Step::InSync {
-                    object,
+                    object: object.clone(),
                     note: Some(format!(
                         "on `{holding}` until the queue's interrupted migration finishes (apply --migrate)"
                     )),
                 },
-                None => Step::Create { object },
+                None => Step::Create { object: object.clone() },
             },
         },
     }
