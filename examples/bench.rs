@@ -129,6 +129,8 @@ pub struct Options {
     /// reads have taken less than this: at 500 topologies a round costs seconds, at 10,000
     /// a minute, and the paired ratio's interval narrows with rounds, not with minutes.
     pub read_for: Option<Duration>,
+    /// `--pin`: the reads with the broker and the readers on CPUs of their own (`Pinned`).
+    pub pin: bool,
 }
 
 /// The most rounds of reads at one size, however cheap a round is.
@@ -205,6 +207,134 @@ impl Quiet {
                 said = true;
             }
         }
+    }
+}
+
+/// `--pin`: the broker's processes on the machine's first CPUs, this program and every command
+/// it times on the last, for the reads only. On this 2-core machine the broker keeps both cores
+/// busy while it answers a listing, so a client's CPU delays the broker's answer one for one;
+/// pinned, hopper's CPU and the broker's no longer share a core, as with a broker on a host of
+/// its own (a diagnosis beside the table, not its reference: `--write` refuses it). Only the
+/// chroot brokers `.ci/brokers.sh` starts: the system broker serves every other test on this
+/// machine, and its scheduling is not this program's to change. The broker's own affinity comes
+/// back when the value is dropped; an interrupted run leaves it pinned, and says how to undo it.
+pub struct Pinned {
+    /// The broker's processes and the CPUs each was allowed before.
+    broker: Vec<(i32, Vec<usize>)>,
+    /// This program's CPUs before, and where the broker and the reads run now.
+    own: Vec<usize>,
+    broker_cpus: Vec<usize>,
+    reader_cpu: usize,
+}
+
+impl Pinned {
+    pub fn new(broker: &Broker) -> Result<Pinned> {
+        let Some((root, _)) = &broker.chroot else {
+            bail!(
+                "--pin moves the broker's processes to other CPUs, and RabbitMQ {} is the system broker, which other tests on this machine share: --pin runs on 4.0 and 4.3, the brokers .ci/brokers.sh starts",
+                broker.name
+            );
+        };
+        let pids = Self::processes_in(root)?;
+        if pids.is_empty() {
+            bail!("--pin: no process runs in {}: is the broker up (.ci/brokers.sh)?", root.display());
+        }
+        Self::of(&pids)
+    }
+
+    /// The processes whose root is `root`: a chroot broker's VM and its helpers.
+    pub fn processes_in(root: &Path) -> Result<Vec<i32>> {
+        let root = fs::canonicalize(root).with_context(|| format!("the broker's tree {}", root.display()))?;
+        let mut pids = vec![];
+        for entry in fs::read_dir("/proc")?.flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|p| p.parse::<i32>().ok()) else { continue };
+            if fs::read_link(entry.path().join("root")).is_ok_and(|r| r == root) {
+                pids.push(pid);
+            }
+        }
+        Ok(pids)
+    }
+
+    /// `pids` on every CPU but the last, this program on the last.
+    pub fn of(pids: &[i32]) -> Result<Pinned> {
+        let own = affinity::get(0)?;
+        let Some((&last, rest)) = own.split_last().filter(|(_, rest)| !rest.is_empty()) else {
+            bail!("--pin needs two CPUs at least; this program may use {own:?}");
+        };
+        let mut pinned = Pinned { broker: vec![], own: own.clone(), broker_cpus: rest.to_vec(), reader_cpu: last };
+        for &pid in pids {
+            // Noted before it is moved: a move that fails halfway is undone on drop too.
+            pinned.broker.push((pid, affinity::get(pid)?));
+            affinity::set_process(pid, rest)?;
+        }
+        affinity::set_process(std::process::id() as i32, &[last])?;
+        Ok(pinned)
+    }
+
+    /// What to run if the run is interrupted before the broker's affinity comes back.
+    pub fn undo(&self) -> String {
+        let each = self.broker.iter().map(|(pid, cpus)| {
+            let cpus: Vec<String> = cpus.iter().map(usize::to_string).collect();
+            format!("taskset -a -p -c {} {pid}", cpus.join(","))
+        });
+        each.collect::<Vec<_>>().join("; ")
+    }
+
+    /// As a note under the table.
+    pub fn describe(&self) -> String {
+        let cpus: Vec<String> = self.broker_cpus.iter().map(usize::to_string).collect();
+        format!(
+            "the reads ran pinned (--pin): the broker's {} processes on CPU {}, this program, hopper and the listing on CPU {}",
+            self.broker.len(),
+            cpus.join(","),
+            self.reader_cpu
+        )
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        for (pid, before) in &self.broker {
+            if let Err(e) = affinity::set_process(*pid, before) {
+                eprintln!("bench: the broker's process {pid} stays pinned ({e:#}): {}", self.undo());
+            }
+        }
+        let _ = affinity::set_process(std::process::id() as i32, &self.own);
+    }
+}
+
+/// `sched_getaffinity` and `sched_setaffinity`, by CPU number.
+mod affinity {
+    use anyhow::{Result, bail};
+
+    pub fn get(pid: i32) -> Result<Vec<usize>> {
+        // SAFETY: a zeroed cpu_set_t is an empty set, and the kernel writes at most its size.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        if unsafe { libc::sched_getaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
+            bail!("sched_getaffinity({pid}): {}", std::io::Error::last_os_error());
+        }
+        Ok((0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect())
+    }
+
+    /// Every thread of `pid` (a thread's affinity is its own; new ones inherit their creator's).
+    pub fn set_process(pid: i32, cpus: &[usize]) -> Result<()> {
+        // SAFETY: as above; CPU_SET stays within the set for numbers under CPU_SETSIZE.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        for &c in cpus {
+            unsafe { libc::CPU_SET(c, &mut set) };
+        }
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))?;
+        for task in tasks.flatten() {
+            let Some(tid) = task.file_name().to_str().and_then(|t| t.parse::<i32>().ok()) else { continue };
+            if unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
+                let e = std::io::Error::last_os_error();
+                // A thread that ended since the listing of its process.
+                if e.raw_os_error() != Some(libc::ESRCH) {
+                    bail!("sched_setaffinity({tid}) of process {pid}: {e}");
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -1028,6 +1158,11 @@ impl Run<'_> {
         // each coprime with 5, so still every read once; 1 to 6 of 7 with `--against`) moves
         // them.
         let reads_a_round = if options.against.is_some() { 7 } else { 5 };
+        let pinned = options.pin.then(|| Pinned::new(self.broker)).transpose()?;
+        if let Some(p) = &pinned {
+            self.say(format!("{}; if interrupted, undo with: {}", p.describe(), p.undo()));
+            result.notes.push(p.describe());
+        }
         self.say("no-op apply, diff, dry run, inspect, listing");
         let mut hurried = 0;
         self.http.take_resent();
@@ -1105,6 +1240,7 @@ impl Run<'_> {
             }
             round += 1;
         }
+        drop(pinned);
         if hurried > 0 {
             result.notes.push(format!(
                 "{hurried} of {} reads began before the machine had been quiet for half a second: they may be slow",
@@ -1810,7 +1946,7 @@ const USAGE: &str = "\
 usage: scripts/bench [--broker 3.10|4.0|4.3]... [--sizes 500,2000,10000] [--repeats 3]
                      [--fresh-repeats 1] [--queue-type classic|quorum] [--force]
                      [--settle 300] [--read-for 240] [--write README.md] [--bin PATH]
-                     [--against PATH]
+                     [--against PATH] [--pin]
        scripts/bench --move N [--move-bytes 512] [--broker ...]... [--repeats 3]
                      [--queue-type classic|quorum] [--write README.md] [--bin PATH]
        scripts/bench --offline N
@@ -1830,6 +1966,11 @@ replaces that broker and size's rows between <!-- bench:target:begin --> and its
 --bin: the hopper binary (default: target/release/hopper beside this program).
 --against PATH: another hopper build (a copy of an earlier one's binary, say), whose no-op apply
 and diff run in the same rounds: rows of its own, and this build over it, paired by round.
+--pin: during the reads only, the broker's processes on every CPU but the last and this program
+(hopper and the listing with it) on the last, so that hopper's CPU does not delay the broker's
+answer by sharing its cores; 4.0 and 4.3 only (never the system broker), and not with --write:
+a diagnosis, not the README's reference. Interrupted, the broker stays pinned; the progress
+line says how to undo it.
 --move N: messages moved a second instead: N persistent messages of --move-bytes bytes in a
 topology's dead-letter queue, moved to its main queue by `hopper redrive`, back by the
 management UI's \"Move messages\" shovel (brokers with rabbitmq_shovel_management: 4.0 and 4.3),
@@ -1866,6 +2007,7 @@ fn cli() -> Result<()> {
         move_bytes: 512,
         settle: Some(Duration::from_secs(300)),
         read_for: Some(Duration::from_secs(240)),
+        pin: false,
     };
     let mut write = None;
     let mut offline = None;
@@ -1886,6 +2028,7 @@ fn cli() -> Result<()> {
             "--write" => write = Some(PathBuf::from(value()?)),
             "--bin" => options.hopper = PathBuf::from(value()?),
             "--against" => options.against = Some(PathBuf::from(value()?)),
+            "--pin" => options.pin = true,
             "--offline" => offline = Some(value()?.replace('_', "").parse::<usize>()?),
             // Scenarios beyond the curve are parsed here.
             "--move" => moves = Some(value()?.replace('_', "").parse::<usize>()?),
@@ -1910,6 +2053,9 @@ fn cli() -> Result<()> {
     }
     if !["classic", "quorum"].contains(&options.queue_type.as_str()) {
         bail!("--queue-type takes classic or quorum");
+    }
+    if options.pin && write.is_some() {
+        bail!("--pin is a diagnosis beside the README's tables, not their reference: run it without --write");
     }
     if brokers.is_empty() {
         brokers = ["3.10", "4.0", "4.3"].iter().map(|b| Broker::matrix(b)).collect::<Result<_>>()?;

@@ -20,6 +20,7 @@ fn options() -> bench::Options {
         move_bytes: 512,
         settle: Some(std::time::Duration::from_secs(1)),
         read_for: None,
+        pin: false,
     }
 }
 
@@ -276,4 +277,69 @@ fn median_interval_is_the_narrowest_with_95_percent_coverage() {
     assert_eq!(bench::median_interval(5), None);
     assert_eq!(bench::median_interval(6), Some((0, 5)));
     assert_eq!(bench::median_interval(9), Some((1, 7)));
+}
+
+/// `--pin` on a process of the test's own (a `sleep`, not a broker that other tests share):
+/// every thread of it moves off the last CPU, this process onto it, and both get back what they
+/// had when the pin is dropped. On a machine of one CPU it is refused instead.
+#[test]
+fn pinning_moves_a_process_off_the_readers_cpu_and_gives_it_back() {
+    let allowed = |pid: u32| -> String {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let line = status.lines().find(|l| l.starts_with("Cpus_allowed_list:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().to_string()
+    };
+    // Killed however the test ends.
+    struct Child(std::process::Child);
+    impl Drop for Child {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let sleep = Child(std::process::Command::new("sleep").arg("60").spawn().unwrap());
+    let (child, own) = (sleep.0.id(), std::process::id());
+    let (child_before, own_before) = (allowed(child), allowed(own));
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    match bench::Pinned::of(&[child as i32]) {
+        Ok(pinned) => {
+            let last = own_before.rsplit([',', '-']).next().unwrap().to_string();
+            assert_eq!(allowed(own), last, "this process on the last CPU");
+            assert!(!allowed(child).split([',', '-']).any(|c| c == last), "{}", allowed(child));
+            assert!(pinned.describe().contains(&format!("on CPU {last}")), "{}", pinned.describe());
+            // The undo line gives the child every CPU it had (the kernel's list: "0-1", "0,2-3").
+            let had: Vec<String> = child_before
+                .split(',')
+                .flat_map(|r| {
+                    let (a, b) = r.split_once('-').unwrap_or((r, r));
+                    a.parse::<usize>().unwrap()..=b.parse::<usize>().unwrap()
+                })
+                .map(|c| c.to_string())
+                .collect();
+            assert_eq!(pinned.undo(), format!("taskset -a -p -c {} {child}", had.join(",")));
+            drop(pinned);
+            assert_eq!((allowed(child), allowed(own)), (child_before, own_before), "given back");
+        }
+        Err(e) => {
+            assert_eq!(cpus, 1, "{e:#}");
+            assert!(format!("{e:#}").contains("two CPUs"), "{e:#}");
+        }
+    }
+    drop(sleep);
+}
+
+/// The system broker is never pinned: other tests share it. A chroot broker's processes are
+/// found by their root (read only: nothing is pinned here).
+#[test]
+fn pin_refuses_the_system_broker_and_finds_a_chroot_brokers_processes() {
+    let system = bench::Broker::matrix("3.10").unwrap();
+    let refused = bench::Pinned::new(&system).err().expect("the system broker refused");
+    assert!(format!("{refused:#}").contains("system broker"), "{refused:#}");
+
+    let broker = bench::Broker::matrix("4.3").unwrap();
+    let (root, _) = broker.chroot.as_ref().unwrap();
+    let pids = bench::Pinned::processes_in(root).unwrap();
+    let names: Vec<String> =
+        pids.iter().filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).ok()).collect();
+    assert!(names.iter().any(|n| n.trim() == "beam.smp"), "the broker's VM among {names:?} in {}", root.display());
 }
