@@ -104,8 +104,11 @@ impl std::fmt::Display for AmqpUri {
             f.write_str("@")?;
         }
         write!(f, "{}:{}", self.host, self.port)?;
-        if let Some(vhost) = &self.vhost {
-            write!(f, "/{}", utf8_percent_encode(vhost, COMPONENT))?;
+        match self.vhost.as_deref() {
+            // Path steps to other URL parsers (the url crate drops them): spelt out, a name.
+            Some(dots @ ("." | "..")) => write!(f, "/{}", dots.replace('.', "%2E"))?,
+            Some(vhost) => write!(f, "/{}", utf8_percent_encode(vhost, COMPONENT))?,
+            None => {}
         }
         let q = &self.query;
         let pairs = [
@@ -557,6 +560,7 @@ mod tests {
             ("AMQPS://rabbit/orders", "amqps://rabbit:5671/orders"),
             ("amqp://:secret@127.0.0.1", "amqp://:***@127.0.0.1:5672"),
             ("amqp://app@h:1", "amqp://app@h:1"),
+            ("amqp://h/..", "amqp://h:5672/%2E%2E"),
         ] {
             assert_eq!(parse(given).unwrap().to_string(), shown, "{given}");
         }
