@@ -118,6 +118,11 @@ async fn each_loopback_host_is_reached(broker: Broker) {
 /// hosts that are not what they look like, and a URL with no host at all.
 #[test]
 fn hosts_hopper_cannot_dial_as_written_are_refused_with_the_reason() {
+    // A spec that loads, so that the refusal diff prints is the URL's, not the spec's.
+    let dir = std::env::temp_dir().join(format!("hopper-test-endpoint-hosts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let spec = dir.join("orders.toml");
+    std::fs::write(&spec, "[topology.orders]\ndelays = [\"1s\"]\n").unwrap();
     for (url, reason) in [
         ("amqp://[::1%25lo]:5672", "names an IPv6 address with a zone (%25lo)"),
         ("amqp://[fe80::1%25eth0]:5672", "names an IPv6 address with a zone (%25eth0)"),
@@ -130,9 +135,11 @@ fn hosts_hopper_cannot_dial_as_written_are_refused_with_the_reason() {
         let (code, _, stderr) = show(&["--amqp-url", url], &[]);
         assert_eq!(code, Some(2), "{url}: {stderr}");
         assert!(stderr.contains(reason), "{url}: {stderr}");
-        let out = hopper_env(&["diff", "--amqp-url", url, "/nonexistent.toml"], &[]);
+        let out = hopper_env(&["diff", "--amqp-url", url, spec.to_str().unwrap()], &[]);
         assert_eq!(out.status.code(), Some(2), "{url}");
+        assert!(text(&out.stderr).contains(reason), "{url}: {}", text(&out.stderr));
     }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The vhost in the URL's path is the run's vhost when nothing else names one: a spec without
