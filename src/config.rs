@@ -170,9 +170,9 @@ pub fn resolve(flags: &Flags, env: &dyn Fn(&str) -> Option<String>) -> Result<Re
         .unwrap_or(Resolved { value: DEFAULT_AMQP_URL.to_string(), origin: Origin::Default });
     let management_url =
         pick(flags.management_url.clone(), "--management-url", "HOPPER_MANAGEMENT_URL", context.management_url.clone());
-    let url_user = userinfo(&amqp_url.value);
+    let (url_user, url_password) = userinfo(&amqp_url.value);
     let username = pick(flags.username.clone(), "--username", "HOPPER_USERNAME", context.username.clone())
-        .or_else(|| url_user.as_ref().map(|(user, _)| Resolved { value: user.clone(), origin: Origin::Url }))
+        .or_else(|| url_user.map(|user| Resolved { value: user, origin: Origin::Url }))
         .unwrap_or(Resolved { value: "guest".into(), origin: Origin::Default });
 
     let password = if let Some(file) = &flags.password_file {
@@ -190,14 +190,13 @@ pub fn resolve(flags: &Flags, env: &dyn Fn(&str) -> Option<String>) -> Result<Re
                 value: PasswordSetting { password: Password::new(secret), file: None },
                 origin: Origin::Env { variable: "HOPPER_PASSWORD" },
             },
-            (None, None) => match (&context.password_file, &url_user) {
+            (None, None) => match (&context.password_file, url_password) {
                 (Some(file), _) => {
                     Resolved { value: password_file(file, "the context's password_file")?, origin: from_context() }
                 }
-                (None, Some((_, Some(secret)))) => Resolved {
-                    value: PasswordSetting { password: Password::new(secret.clone()), file: None },
-                    origin: Origin::Url,
-                },
+                (None, Some(password)) => {
+                    Resolved { value: PasswordSetting { password, file: None }, origin: Origin::Url }
+                }
                 _ => Resolved {
                     value: PasswordSetting { password: Password::new("guest"), file: None },
                     origin: Origin::Default,
@@ -264,6 +263,23 @@ impl Resolution {
     }
 }
 
+impl Resolution {
+    /// Refuses a context's vhost that is not the one the AMQP URL names: hopper will not guess
+    /// which one is meant.
+    pub fn check_vhost(&self, endpoint: &broker::Endpoint) -> Result<()> {
+        if let (Some(context), Some(url)) = (&self.vhost, &endpoint.vhost)
+            && context.value != *url
+        {
+            bail!(
+                "the vhost of the {}, `{}`, and the vhost of the AMQP URL, `{url}`, disagree: hopper will not guess which one is meant; drop one of them, or make them the same (nothing was read or written)",
+                context.origin,
+                context.value
+            );
+        }
+        Ok(())
+    }
+}
+
 /// A `--timeout`: a humantime duration (`30s`, `2m`, `500ms`), more than zero.
 pub fn parse_timeout(text: &str) -> Result<Duration, String> {
     match humantime::parse_duration(text.trim()) {
@@ -273,35 +289,13 @@ pub fn parse_timeout(text: &str) -> Result<Duration, String> {
     }
 }
 
-/// The first AMQP URL's user and password, when it carries them.
-fn userinfo(urls: &str) -> Option<(String, Option<String>)> {
-    let first = urls.split(',').map(str::trim).find(|s| !s.is_empty())?;
-    let rest = first.split_once("://").map_or(first, |(_, r)| r);
-    let authority = rest.split(['/', '?', '#']).next()?;
-    let (info, _) = authority.rsplit_once('@')?;
-    let decode = |s: &str| percent_decode(s);
-    Some(match info.split_once(':') {
-        Some((user, password)) => (decode(user), Some(decode(password))),
-        None => (decode(info), None),
-    })
-}
-
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && let Some(b) = s.get(i + 1..i + 3).and_then(|h| u8::from_str_radix(h, 16).ok())
-        {
-            out.push(b);
-            i += 3;
-            continue;
-        }
-        out.push(bytes[i]);
-        i += 1;
+/// The first AMQP URL's user and password, when it parses (a run refuses it otherwise) and
+/// carries them.
+fn userinfo(urls: &str) -> (Option<String>, Option<Password>) {
+    match broker::uri::split(urls).first().map(|first| broker::uri::parse(first)) {
+        Some(Ok(first)) => (first.user, first.password),
+        _ => (None, None),
     }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// A password from a file: its first line, without the line ending (files written by editors
@@ -374,9 +368,22 @@ pub fn load_context(file: &Path, name: &str) -> Result<Context> {
 }
 
 /// The file as diagnostics may quote it: the value of a `password` key (refused, but written
-/// all the same) replaced by as many `*`, so spans still fall where they should.
+/// all the same) and whatever may be a password in a URL replaced by as many `*`, so spans
+/// still fall where they should. The file may not parse, so a URL's password is found by line:
+/// from the first `:` after a line's first `://` (or its first quote) to its last `@`.
 fn without_passwords(text: &str) -> String {
     let mut bytes = text.as_bytes().to_vec();
+    let mut line_start = 0;
+    for line in text.split_inclusive('\n') {
+        if let Some(at) = line.rfind('@') {
+            let start = line[..at].find("://").map(|i| i + 3).or_else(|| line[..at].find(['"', '\'']).map(|i| i + 1));
+            let start = start.unwrap_or(0);
+            if let Some(colon) = line[start..at].find(':') {
+                bytes[line_start + start + colon + 1..line_start + at].fill(b'*');
+            }
+        }
+        line_start += line.len();
+    }
     if let Ok(root) = DeTable::parse(text)
         && let Some(DeValue::Table(contexts)) = root.get_ref().get("context").map(|v| v.get_ref())
     {
@@ -556,6 +563,90 @@ mod tests {
         let r = resolve(&Flags::default(), &env).unwrap();
         assert_eq!((r.username.value.as_str(), &r.username.origin), ("app", &Origin::Url));
         assert_eq!(r.password.value.password.expose(), "s@cret");
+    }
+
+    /// A host as a test writes it in a URL, and what hopper must dial for it.
+    #[derive(Debug, Clone)]
+    enum GivenHost {
+        Ip(std::net::IpAddr),
+        Name(String),
+    }
+
+    fn given_host() -> impl proptest::strategy::Strategy<Value = GivenHost> {
+        use proptest::prelude::*;
+        let label = (
+            proptest::char::range('a', 'z'),
+            proptest::collection::vec(proptest::sample::select(b"abcz09-_".to_vec()), 0..6),
+        )
+            .prop_map(|(first, rest)| format!("{first}{}", String::from_utf8(rest).unwrap()));
+        prop_oneof![
+            any::<[u8; 4]>().prop_map(|b| GivenHost::Ip(std::net::Ipv4Addr::from(b).into())),
+            any::<[u16; 8]>().prop_map(|s| GivenHost::Ip(std::net::Ipv6Addr::from(s).into())),
+            proptest::collection::vec(label, 1..4).prop_map(|labels| GivenHost::Name(labels.join("."))),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config { cases: 500, failure_persistence: None, ..Default::default() })]
+
+        /// Whatever URL is given, through the resolution `config show` uses: the node hopper
+        /// dials is the host and port written, it signs in as the user and password written,
+        /// in the vhost written, and what `config show` prints names the same node.
+        #[test]
+        fn what_hopper_dials_is_what_was_given(
+            tls in proptest::bool::ANY,
+            host in given_host(),
+            port in proptest::option::of(1u16..),
+            user in "\\PC{1,12}",
+            password in "\\PC{0,12}",
+            vhost in proptest::option::of("\\PC{1,12}"),
+        ) {
+            use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
+            use std::net::ToSocketAddrs;
+            let vhost = vhost.filter(|v| crate::spec::vhost_problem(v).is_none());
+            let encoded = |s: &str| utf8_percent_encode(s, NON_ALPHANUMERIC).to_string();
+            let written = match &host {
+                GivenHost::Ip(std::net::IpAddr::V6(ip)) => format!("[{ip}]"),
+                GivenHost::Ip(ip) => ip.to_string(),
+                GivenHost::Name(name) => name.clone(),
+            };
+            let url = format!(
+                "{}://{}:{}@{written}{}{}",
+                if tls { "amqps" } else { "amqp" },
+                encoded(&user),
+                encoded(&password),
+                port.map(|p| format!(":{p}")).unwrap_or_default(),
+                vhost.as_deref().map(|v| format!("/{}", encoded(v))).unwrap_or_default(),
+            );
+            let flags = Flags { amqp_url: Some(url.clone()), ..Flags::default() };
+            let resolution = resolve(&flags, &|name| (name == "HOME").then(|| "/nowhere".to_string())).unwrap();
+            let endpoint = broker::Endpoint::from_settings(resolution.settings().unwrap()).unwrap();
+            let port = port.unwrap_or(if tls { 5671 } else { 5672 });
+            let node = &endpoint.nodes[0];
+            let dialled = endpoint.dialled(node, endpoint.vhost.as_deref().unwrap_or("/"));
+            proptest::prop_assert_eq!(dialled.authority.port, port);
+            match &host {
+                GivenHost::Ip(ip) => {
+                    proptest::prop_assert_eq!(dialled.authority.host.parse::<std::net::IpAddr>().ok(), Some(*ip));
+                    // An address's text is the address: no resolver is asked.
+                    let addresses: Vec<_> = (dialled.authority.host.as_str(), port).to_socket_addrs().unwrap().collect();
+                    proptest::prop_assert_eq!(addresses, vec![std::net::SocketAddr::new(*ip, port)]);
+                }
+                GivenHost::Name(name) => proptest::prop_assert_eq!(&dialled.authority.host, name),
+            }
+            proptest::prop_assert_eq!(&dialled.authority.userinfo.username, &user);
+            proptest::prop_assert_eq!(&dialled.authority.userinfo.password, &password);
+            proptest::prop_assert_eq!((&resolution.username.value, &resolution.username.origin), (&user, &Origin::Url));
+            proptest::prop_assert_eq!(&endpoint.vhost, &vhost);
+            proptest::prop_assert_eq!(&dialled.vhost, vhost.as_deref().unwrap_or("/"));
+            let management = format!("{}://{written}:{}/api", if tls { "https" } else { "http" }, if tls { 15671 } else { 15672 });
+            proptest::prop_assert_eq!(&endpoint.management_url, &management);
+            // `config show` prints the node with its password hidden; read back, it is the same node.
+            let shown = node.to_string();
+            proptest::prop_assert!(!password.is_empty() || shown.contains(":***@"));
+            let read_back = broker::uri::parse(&shown.replacen(":***@", &format!(":{}@", encoded(&password)), 1)).unwrap();
+            proptest::prop_assert_eq!(&read_back, node);
+        }
     }
 
     #[test]

@@ -88,9 +88,8 @@ impl Session {
         let mut failures = Vec::new();
         let count = endpoint.nodes.len();
         for node in (0..count).map(|k| &endpoint.nodes[(first + k) % count]) {
-            let mut uri = node.clone();
-            uri.vhost = vhost.to_string();
-            let address = super::address(node);
+            let uri = endpoint.dialled(node, vhost);
+            let address = node.address();
             let identity = match super::identity::of(endpoint, node).await {
                 Ok(identity) if identity.cluster_name == cluster => Arc::new(identity),
                 Ok(identity) => {
@@ -148,7 +147,7 @@ impl Session {
     /// nodes after the lost one first (the lost one last: it may be back), each round after a
     /// longer wait. Fails, naming every node's answer, when none took over.
     async fn failover(&mut self, endpoint: &Endpoint, cause: &str) -> Result<()> {
-        let lost = endpoint.nodes.iter().position(|n| super::address(n) == *self.node).unwrap_or(0);
+        let lost = endpoint.nodes.iter().position(|n| n.address() == *self.node).unwrap_or(0);
         let mut last = None;
         for wait in BACKOFF_MS {
             tokio::time::sleep(std::time::Duration::from_millis(wait)).await;

@@ -9,9 +9,8 @@ use anyhow::{Context, Result, anyhow, bail};
 use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
 use lapin::tcp::AMQPUriTcpExt;
 use lapin::types::AMQPValue;
-use lapin::uri::AMQPUri;
 
-use super::Endpoint;
+use super::{AmqpUri, Endpoint};
 
 /// How a broker introduces itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,7 +25,7 @@ pub struct Identity {
 pub async fn amqp(endpoint: &Endpoint) -> Result<(String, Identity)> {
     let mut failures = Vec::new();
     for node in &endpoint.nodes {
-        let address = super::address(node);
+        let address = node.address();
         match of(endpoint, node).await {
             Ok(identity) => return Ok((address, identity)),
             Err(e) => failures.push(format!("{address}: {e:#}")),
@@ -36,7 +35,7 @@ pub async fn amqp(endpoint: &Endpoint) -> Result<(String, Identity)> {
 }
 
 /// The cluster one node belongs to. A TLS failure says what failed.
-pub async fn of(endpoint: &Endpoint, node: &AMQPUri) -> Result<Identity> {
+pub async fn of(endpoint: &Endpoint, node: &AmqpUri) -> Result<Identity> {
     match tokio::time::timeout(endpoint.timeout, start(endpoint, node)).await {
         Ok(Ok(identity)) => Ok(identity),
         Ok(Err(e)) => match super::tls::explain(e.as_ref()) {
@@ -47,10 +46,12 @@ pub async fn of(endpoint: &Endpoint, node: &AMQPUri) -> Result<Identity> {
     }
 }
 
-async fn start(endpoint: &Endpoint, node: &AMQPUri) -> Result<Identity> {
+async fn start(endpoint: &Endpoint, node: &AmqpUri) -> Result<Identity> {
     let runtime = lapin::runtime::default_runtime()?;
     let tls = endpoint.tls.amqp();
-    let mut stream = node.connect_with_config_async(tls.as_ref(), &runtime).await.map_err(connect_error)?;
+    // No credentials are sent on this connection: it reads the greeting and closes.
+    let mut stream =
+        endpoint.dialled(node, "/").connect_with_config_async(tls.as_ref(), &runtime).await.map_err(connect_error)?;
     stream.write_all(b"AMQP\x00\x00\x09\x01").await?;
     stream.flush().await?;
     // A frame: type (1 byte), channel (2), payload size (4), payload, frame end (1).

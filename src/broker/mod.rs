@@ -7,12 +7,15 @@ pub mod mover;
 pub mod progress;
 pub mod redrive;
 pub mod tls;
+pub mod uri;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Result, bail};
-use lapin::uri::{AMQPScheme, AMQPUri};
+use lapin::uri::AMQPScheme;
+
+pub use uri::{AmqpUri, Host, redact};
 
 /// How long hopper waits for a connection, a TLS handshake or one request, unless `--timeout`.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -21,8 +24,10 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// each is tried in turn until one answers. Both endpoints sign in with the same credentials.
 #[derive(Debug, Clone)]
 pub struct Endpoint {
-    /// Each with the run's credentials in it (lapin takes them from the URI).
-    pub nodes: Vec<AMQPUri>,
+    /// As their URLs gave them; each signs in with `username` and `password`.
+    pub nodes: Vec<AmqpUri>,
+    /// The vhost the URLs' path names, if any (each URL that names one names the same).
+    pub vhost: Option<String>,
     /// Base URL of the management API, ending in `/api`, without credentials: the first of
     /// `management_urls`, as messages name it.
     pub management_url: String,
@@ -94,33 +99,39 @@ impl Endpoint {
     /// Whether every management URL names this machine (`localhost`, a loopback address): the
     /// broker then answers on the CPUs hopper computes on.
     pub fn management_is_local(&self) -> bool {
-        self.management_urls.iter().all(|url| {
-            let host = url.parse::<ureq::http::Uri>().ok().and_then(|u| u.host().map(str::to_string));
-            host.is_some_and(|host| {
-                let host = host.trim_start_matches('[').trim_end_matches(']');
-                host.eq_ignore_ascii_case("localhost")
-                    || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
-            })
-        })
+        self.management_urls.iter().all(|url| uri::parse_management(url).is_ok_and(|(_, host)| host.is_loopback()))
     }
 
     pub fn from_settings(settings: Settings) -> Result<Self> {
-        let mut nodes = settings
-            .amqp_urls
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(|s| s.parse::<AMQPUri>().map_err(|e| anyhow::anyhow!("invalid AMQP URL {}: {e}", redact(s))))
-            .collect::<Result<Vec<_>>>()?;
+        let mut nodes = Vec::new();
+        for url in uri::split(&settings.amqp_urls) {
+            nodes.push(uri::parse(url).map_err(|e| anyhow::anyhow!("the AMQP URL {e}"))?);
+        }
         let Some(first) = nodes.first() else { bail!("no AMQP URL given") };
-        let username = settings.username.unwrap_or_else(|| first.authority.userinfo.username.clone());
-        let password = settings.password.unwrap_or_else(|| Password::new(first.authority.userinfo.password.clone()));
+        let username = settings.username.or_else(|| first.user.clone()).unwrap_or_else(|| "guest".into());
+        let password = settings.password.or_else(|| first.password.clone()).unwrap_or_else(|| Password::new("guest"));
+        let mut vhost: Option<&AmqpUri> = None;
+        for node in &nodes {
+            match (vhost, &node.vhost) {
+                (Some(named), Some(v)) if named.vhost.as_ref() != Some(v) => bail!(
+                    "the AMQP URLs name two vhosts: {named} names `{}` and {node} names `{v}`; the nodes of one cluster are reached in one vhost",
+                    named.vhost.as_deref().unwrap_or_default()
+                ),
+                (None, Some(_)) => vhost = Some(node),
+                _ => {}
+            }
+        }
+        let vhost = vhost.and_then(|node| node.vhost.clone());
         let urls = match settings.management_url {
             Some(urls) => urls
                 .split(',')
                 .map(str::trim)
                 .filter(|s| !s.is_empty())
-                .map(management_url)
+                .map(|url| {
+                    uri::parse_management(url)
+                        .map(|(url, _)| url)
+                        .map_err(|e| anyhow::anyhow!("the management URL {e}"))
+                })
                 .collect::<Result<Vec<_>>>()?,
             None => {
                 let mut derived: Vec<String> = Vec::new();
@@ -129,7 +140,7 @@ impl Endpoint {
                         AMQPScheme::AMQPS => ("https", 15671),
                         AMQPScheme::AMQP => ("http", 15672),
                     };
-                    let url = format!("{scheme}://{}:{port}/api", bracketed(&node.authority.host));
+                    let url = format!("{scheme}://{}:{port}/api", node.host);
                     if !derived.contains(&url) {
                         derived.push(url);
                     }
@@ -138,13 +149,9 @@ impl Endpoint {
             }
         };
         let Some(url) = urls.first().cloned() else { bail!("no management URL given") };
-        // Every node signs in as the run's user, whatever each URL said.
-        for node in &mut nodes {
-            node.authority.userinfo.username = username.clone();
-            node.authority.userinfo.password = password.expose().to_string();
-        }
         Ok(Endpoint {
             nodes,
+            vhost,
             management_url: url,
             management_urls: urls,
             username,
@@ -152,6 +159,11 @@ impl Endpoint {
             tls: Arc::new(settings.tls),
             timeout: settings.timeout.unwrap_or(DEFAULT_TIMEOUT),
         })
+    }
+
+    /// What lapin connects to for `node`, signed in as the run's user, opening `vhost`.
+    pub fn dialled(&self, node: &AmqpUri, vhost: &str) -> lapin::uri::AMQPUri {
+        node.dialled(&self.username, &self.password, vhost)
     }
 
     pub fn username(&self) -> &str {
@@ -165,64 +177,7 @@ impl Endpoint {
 
     /// The first node's address, safe to print.
     pub fn describe(&self) -> String {
-        address(&self.nodes[0])
-    }
-}
-
-/// A node's `host:port`, as messages name it.
-pub fn address(node: &AMQPUri) -> String {
-    let scheme = match node.scheme {
-        AMQPScheme::AMQPS => "amqps",
-        AMQPScheme::AMQP => "amqp",
-    };
-    format!("{scheme}://{}:{}", bracketed(&node.authority.host), node.authority.port)
-}
-
-fn bracketed(host: &str) -> String {
-    if host.contains(':') { format!("[{host}]") } else { host.to_string() }
-}
-
-/// The management API's base URL as given: `http://` or `https://`, no credentials in it (they
-/// would sit in a process list; hopper signs in with the run's user), no trailing slash.
-fn management_url(url: &str) -> Result<String> {
-    let url = url.trim().trim_end_matches('/');
-    let Some((scheme, rest)) = url.split_once("://") else {
-        bail!(
-            "the management URL {} has no scheme: it must start with http:// or https://, such as http://localhost:15672/api",
-            redact(url)
-        );
-    };
-    if !matches!(scheme.to_ascii_lowercase().as_str(), "http" | "https") {
-        bail!(
-            "the management URL {} must start with http:// or https://, not {scheme}://; it is the management API's base URL, such as http://localhost:15672/api",
-            redact(url)
-        );
-    }
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    if authority.contains('@') {
-        bail!(
-            "the management URL {} carries credentials: give them with --username and --password-file (or HOPPER_PASSWORD) instead, so they never sit in a URL",
-            redact(url)
-        );
-    }
-    if authority.is_empty() {
-        bail!("the management URL {} names no host", redact(url));
-    }
-    Ok(url.to_string())
-}
-
-/// A URL with its password replaced, for messages: whatever comes before the last `@` of the
-/// authority is credentials, with or without a scheme.
-pub fn redact(url: &str) -> String {
-    let start = url.find("://").map_or(0, |i| i + 3);
-    let authority_end = url[start..].find(['/', '?', '#']).map_or(url.len(), |i| start + i);
-    match url[start..authority_end].rfind('@') {
-        Some(at) => {
-            let userinfo = &url[start..start + at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("{}{user}:***{}", &url[..start], &url[start + at..])
-        }
-        None => url.to_string(),
+        self.nodes[0].address()
     }
 }
 
@@ -232,12 +187,85 @@ mod tests {
 
     #[test]
     fn passwords_are_never_shown() {
-        assert_eq!(redact("amqp://app:s3cret@rabbit:5672/%2f"), "amqp://app:***@rabbit:5672/%2f");
-        assert_eq!(redact("amqp://rabbit:5672"), "amqp://rabbit:5672");
-        // Without a scheme, too (it used to be echoed whole).
-        assert_eq!(redact("app:s3cret@rabbit:15672/api"), "app:***@rabbit:15672/api");
-        assert_eq!(redact("app:s3:c@r@et@rabbit:15672/api"), "app:***@rabbit:15672/api");
         assert_eq!(format!("{:?} {}", Password::new("s3cret"), Password::new("s3cret")), "*** ***");
+    }
+
+    /// Malformed URLs of every shape, each with `password` where a password goes.
+    pub(crate) fn malformed(password: &str) -> Vec<(&'static str, String)> {
+        let p = password;
+        vec![
+            ("amqp", format!("guest:{p}@127.0.0.1:5672")),
+            ("amqp", format!("amqp//guest:{p}@127.0.0.1:5672")),
+            ("amqp", format!("amqp:/guest:{p}@127.0.0.1:5672")),
+            ("amqp", format!("amqp:guest:{p}@127.0.0.1:5672")),
+            ("amqp", format!("http://guest:{p}@127.0.0.1:5672")),
+            ("amqp", format!("amqp://guest:{p}@127.0.0.1:99999")),
+            ("amqp", format!("amqp://guest:{p}@127.0.0.1:56x2")),
+            ("amqp", format!("amqp://guest:{p}%zz@127.0.0.1:5672")),
+            ("amqp", format!("amqp://guest:{p} x@127.0.0.1:5672")),
+            ("amqp", format!("amqp://guest:{p}@more@127.0.0.1:5672")),
+            ("amqp", format!("amqp://guest:{p}/x@127.0.0.1:5672")),
+            ("amqp", format!("amqp://guest:{p}@[::1")),
+            ("amqp", format!("amqp://guest:{p}@[::1%25lo]:5672")),
+            ("amqp", format!("amqp://guest:{p}@127.1:5672")),
+            ("amqp", format!("amqp://guest:{p}@/orders")),
+            ("amqp", format!("amqp://guest:{p}@")),
+            ("amqp", format!("amqp://guest:{p}@127.0.0.1:5672/a/b")),
+            ("amqp", format!("amqp://guest:{p}@127.0.0.1:5672/%ff")),
+            ("amqp", format!("amqp://guest:{p}@127.0.0.1:5672?nope=1")),
+            ("amqp", format!("amqp://guest:{p}@127.0.0.1:5672#top")),
+            ("amqp", format!("amqp://127.0.0.1:5673,amqp//guest:{p}@127.0.0.1:5672")),
+            ("amqp", format!("amqp://guest:{p}@127.0.0.1:5672,127.0.0.1:5673")),
+            ("management", format!("guest:{p}@127.0.0.1:15672/api")),
+            ("management", format!("http//guest:{p}@127.0.0.1:15672/api")),
+            ("management", format!("http://guest:{p}@127.0.0.1:15672/api")),
+            ("management", format!("ftp://guest:{p}@127.0.0.1:15672/api")),
+            ("management", format!("http://guest:{p}@127.0.0.1:99999/api")),
+            ("management", format!("http://127.0.0.1:15673/api,http//guest:{p}@127.0.0.1:15672/api")),
+        ]
+    }
+
+    /// A password: a marker no URL holds otherwise, then what breaks URLs (`@`, `/`, `:`, `,`,
+    /// `%`, `#`, `?`, spaces, brackets).
+    pub(crate) fn password() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let tail = proptest::collection::vec(
+            prop_oneof![
+                proptest::char::range('a', 'z'),
+                proptest::char::range('0', '9'),
+                proptest::sample::select(vec![
+                    '@', '/', ':', ',', '%', '#', '?', ' ', '[', ']', '!', '$', '&', '\'', '(', ')', '*', '+', ';',
+                    '=', '~', '-', '.', '_', 'é'
+                ]),
+            ],
+            0..12,
+        );
+        tail.prop_map(|t| format!("Pw7{}", t.into_iter().collect::<String>()))
+            .prop_filter("a password holding `://` starts a URL of its own", |p| !p.contains("://"))
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config { failure_persistence: None, ..Default::default() })]
+
+        /// Whatever is wrong with a URL, the error and the URL as shown hold no password.
+        #[test]
+        fn a_malformed_url_never_shows_its_password(password in password()) {
+            for (kind, url) in malformed(&password) {
+                let shown = redact(&url);
+                proptest::prop_assert!(!shown.contains(&password), "{url} shown as {shown}");
+                let error = match kind {
+                    "amqp" => Endpoint::new(&url, None),
+                    _ => Endpoint::new("amqp://localhost", Some(&url)),
+                };
+                match error {
+                    Err(e) => {
+                        let e = format!("{e:#}");
+                        proptest::prop_assert!(!e.contains(&password), "{url}: {e}");
+                    }
+                    Ok(_) => proptest::prop_assert!(false, "{url} was taken"),
+                }
+            }
+        }
     }
 
     #[test]
@@ -293,8 +321,9 @@ mod tests {
         };
         let e = Endpoint::from_settings(settings).unwrap();
         for node in &e.nodes {
+            let dialled = e.dialled(node, "/");
             assert_eq!(
-                (node.authority.userinfo.username.as_str(), node.authority.userinfo.password.as_str()),
+                (dialled.authority.userinfo.username.as_str(), dialled.authority.userinfo.password.as_str()),
                 ("deployer", "s3cret")
             );
         }

@@ -81,17 +81,18 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
     if let Some(path) = &args.plan {
         return run_saved(&args, path, format);
     }
-    // With --vhost, the broker is read while the spec loads; a spec error still comes first.
+    // With the one vhost known (--vhost, the URL's), the broker is read while the spec loads; a
+    // spec error still comes first.
     let endpoint = args.broker.endpoint();
     let early = match &endpoint {
-        Ok(e) if !args.amqp_only => ops::Early::start(e, args.vhost.as_deref()),
+        Ok(e) if !args.amqp_only => ops::Early::start(e, super::vhosts(args.vhost.as_deref(), Some(e))?.one()),
         _ => None,
     };
     if let Some(early) = &early {
         early.wait_for_spare_cpu();
     }
     let spec_args = SpecArgs { specs: args.specs.clone(), vhost: args.vhost.clone() };
-    let (spec, files) = match spec_args.load_sources()? {
+    let (spec, files) = match spec_args.load_sources_for(endpoint.as_ref().ok())? {
         Ok(loaded) => loaded,
         Err(exit) => return Ok(exit),
     };
@@ -136,11 +137,12 @@ fn run_saved(args: &Args, path: &std::path::Path, format: Format) -> Result<Exit
     for file in &saved.spec {
         sources.add(file.path.clone(), file.text.clone());
     }
-    let spec = match super::validated(sources, saved.vhost_override.as_deref()) {
+    let endpoint = args.broker.endpoint()?;
+    let vhosts = super::vhosts(saved.vhost_override.as_deref(), Some(&endpoint))?;
+    let spec = match super::validated(sources, vhosts) {
         Ok(spec) => spec,
         Err(exit) => return Ok(exit),
     };
-    let endpoint = args.broker.endpoint()?;
     let by_vhost: Vec<_> = ops::by_vhost(&spec.compiled).into_iter().collect();
     let request = Request {
         dry_run: false,

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::BrokerArgs;
 use crate::Exit;
-use crate::broker::{Endpoint, redact};
+use crate::broker::{Endpoint, redact, uri};
 use crate::config::{Origin, Resolution, Resolved};
 use crate::output::{self, Format};
 
@@ -31,7 +31,8 @@ pub fn run(command: Command, format: Format) -> Result<Exit> {
     let Command::Show(args) = command;
     let resolution = args.broker.resolve()?;
     // Building the endpoint reads the TLS files and checks the URLs, as a real run would.
-    let endpoint = resolution.settings().and_then(Endpoint::from_settings);
+    let endpoint =
+        resolution.settings().and_then(Endpoint::from_settings).and_then(|e| resolution.check_vhost(&e).map(|()| e));
     let rows = rows(&resolution, endpoint.as_ref().ok());
     match format {
         Format::Json => {
@@ -98,7 +99,13 @@ fn rows(r: &Resolution, endpoint: Option<&Endpoint>) -> Vec<Row> {
         Some(p) => row(name, p, p.value.display().to_string()),
         None => Row { name, shown: "(none)".into(), from: "not set".into(), origin: None, file: None },
     };
-    let mut rows = vec![row("amqp_url", &r.amqp_url, redact(&r.amqp_url.value))];
+    // The URLs as parsed, which is what a run dials; as given, redacted, when one does not parse.
+    let nodes: Result<Vec<_>, _> = uri::split(&r.amqp_url.value).into_iter().map(uri::parse).collect();
+    let amqp_urls = match &nodes {
+        Ok(nodes) => nodes.iter().map(ToString::to_string).collect::<Vec<_>>().join(","),
+        Err(_) => redact(&r.amqp_url.value),
+    };
+    let mut rows = vec![row("amqp_url", &r.amqp_url, amqp_urls)];
     rows.push(match (&r.management_url, endpoint) {
         (Some(m), _) => row("management_url", m, redact(&m.value)),
         (None, Some(e)) => Row {
@@ -126,9 +133,13 @@ fn rows(r: &Resolution, endpoint: Option<&Endpoint>) -> Vec<Row> {
     rows.push(path(&r.tls_ca_cert_file, "tls_ca_cert_file"));
     rows.push(path(&r.tls_cert_file, "tls_cert_file"));
     rows.push(path(&r.tls_key_file, "tls_key_file"));
-    rows.push(match &r.vhost {
-        Some(v) => row("vhost", v, v.value.clone()),
-        None => Row {
+    let url_vhost = nodes.iter().flatten().find_map(|n| n.vhost.clone());
+    rows.push(match (&r.vhost, url_vhost) {
+        (_, Some(vhost)) => {
+            Row { name: "vhost", shown: vhost, from: Origin::Url.to_string(), origin: Some(Origin::Url), file: None }
+        }
+        (Some(v), None) => row("vhost", v, v.value.clone()),
+        (None, None) => Row {
             name: "vhost",
             shown: "/".into(),
             from: "default; a spec names its own, --vhost overrides".into(),

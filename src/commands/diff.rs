@@ -29,13 +29,17 @@ pub struct Args {
 }
 
 pub fn run(args: Args, format: Format) -> Result<Exit> {
-    // With --vhost, the broker is read while the spec loads; a spec error still comes first.
+    // With the one vhost known (--vhost, the URL's), the broker is read while the spec loads; a
+    // spec error still comes first.
     let endpoint = args.broker.endpoint();
-    let early = endpoint.as_ref().ok().and_then(|e| ops::Early::start(e, args.spec.vhost.as_deref()));
+    let early = match &endpoint {
+        Ok(e) => ops::Early::start(e, super::vhosts(args.spec.vhost.as_deref(), Some(e))?.one()),
+        Err(_) => None,
+    };
     if let Some(early) = &early {
         early.wait_for_spare_cpu();
     }
-    let spec = match args.spec.load()? {
+    let spec = match args.spec.load_for(endpoint.as_ref().ok())? {
         Ok(spec) => spec,
         Err(exit) => return Ok(exit),
     };

@@ -45,8 +45,8 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<Exit> {
     let networks: Vec<(String, Network)> = if args.live {
-        let vhost = args.broker.vhost(args.vhost.as_deref())?;
         let endpoint = args.broker.endpoint()?;
+        let vhost = args.broker.vhost(args.vhost.as_deref(), &endpoint)?;
         let live = ops::runtime()?.block_on(crate::broker::http::read(
             &endpoint,
             &vhost,

@@ -46,11 +46,13 @@ pub struct Args {
 pub fn run(args: Args, format: Format) -> Result<Exit> {
     // Which vhosts, and which queues in them.
     let mut scopes = Vec::new();
+    let endpoint = args.broker.endpoint();
     if args.specs.is_empty() {
-        scopes.push(Scope { vhost: args.broker.vhost(args.vhost.as_deref())?, queues: None });
+        let endpoint = endpoint.as_ref().map_err(|e| anyhow::anyhow!("{e:#}"))?;
+        scopes.push(Scope { vhost: args.broker.vhost(args.vhost.as_deref(), endpoint)?, queues: None });
     } else {
         let spec_args = SpecArgs { specs: args.specs.clone(), vhost: args.vhost.clone() };
-        let spec = match spec_args.load()? {
+        let spec = match spec_args.load_for(endpoint.as_ref().ok())? {
             Ok(spec) => spec,
             Err(exit) => return Ok(exit),
         };
@@ -59,7 +61,7 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
             scopes.push(Scope { vhost: vhost.to_string(), queues: Some(names) });
         }
     }
-    let endpoint = args.broker.endpoint()?;
+    let endpoint = endpoint?;
     let request = Request {
         scopes,
         queue: args.queue.as_deref().map(QueueName::from),

@@ -176,23 +176,42 @@ pub struct SpecArgs {
 impl SpecArgs {
     /// The validated spec, or `Exit::Error` once every problem has been printed.
     pub fn load(&self) -> Result<Result<Spec, Exit>> {
-        Ok(self.load_sources()?.map(|(spec, _)| spec))
+        self.load_for(None)
+    }
+
+    /// As `load`, for a run against `endpoint`: the vhost its URL names counts too (`vhosts`).
+    pub fn load_for(&self, endpoint: Option<&Endpoint>) -> Result<Result<Spec, Exit>> {
+        Ok(self.load_sources_for(endpoint)?.map(|(spec, _)| spec))
     }
 
     /// The validated spec and the files it was read from, or `Exit::Error` once every problem
     /// has been printed.
-    pub fn load_sources(&self) -> Result<Result<(Spec, SpecFiles), Exit>> {
+    pub fn load_sources_for(&self, endpoint: Option<&Endpoint>) -> Result<Result<(Spec, SpecFiles), Exit>> {
+        let vhosts = vhosts(self.vhost.as_deref(), endpoint)?;
         let sources = match spec::read(&self.specs) {
             Ok(sources) => sources,
             Err(e) => return Ok(Err(load_failed(e))),
         };
         let files: Vec<(PathBuf, String)> = sources.iter().map(|(p, t)| (p.to_path_buf(), t.to_string())).collect();
-        Ok(validated(sources, self.vhost.as_deref()).map(|spec| (spec, files)))
+        Ok(validated(sources, vhosts).map(|spec| (spec, files)))
+    }
+}
+
+/// Which vhost each topology is in: `--vhost`'s, else the one the AMQP URL names where a file
+/// names none. `--vhost` and the URL naming two vhosts is refused: hopper will not guess.
+pub fn vhosts<'a>(flag: Option<&'a str>, endpoint: Option<&'a Endpoint>) -> Result<spec::Vhosts<'a>> {
+    match (flag, endpoint.and_then(|e| e.vhost.as_deref())) {
+        (Some(flag), Some(url)) if flag != url => bail!(
+            "--vhost `{flag}` and the vhost of the AMQP URL, `{url}`, disagree: hopper will not guess which one is meant; drop one of them, or make them the same (nothing was read or written)"
+        ),
+        (Some(flag), _) => Ok(spec::Vhosts::Override(flag)),
+        (None, Some(url)) => Ok(spec::Vhosts::OfTheUrl(url)),
+        (None, None) => Ok(spec::Vhosts::AsWritten),
     }
 }
 
 /// Parses and validates files already read; `Exit::Error` once every problem has been printed.
-pub fn validated(sources: spec::Sources, vhost: Option<&str>) -> Result<Spec, Exit> {
+pub fn validated(sources: spec::Sources, vhosts: spec::Vhosts<'_>) -> Result<Spec, Exit> {
     // The first few files by name: a directory of 10,000 specs would make one line of 400 kB.
     const NAMED: usize = 5;
     let files = sources.iter().count();
@@ -200,7 +219,7 @@ pub fn validated(sources: spec::Sources, vhost: Option<&str>) -> Result<Spec, Ex
     if files > NAMED {
         names.push(format!("and {} more file(s)", files - NAMED));
     }
-    match spec::from_sources(sources, vhost) {
+    match spec::from_sources(sources, vhosts) {
         Ok(spec) => {
             output::narrate(|| format!("spec: {} topologies read from {}", spec.compiled.len(), names.join(", ")));
             Ok(spec)
@@ -282,14 +301,19 @@ impl BrokerArgs {
         crate::config::resolve(&flags, &|name| std::env::var(name).ok())
     }
 
+    /// The endpoint the settings name; a context's vhost that is not the one the AMQP URL names
+    /// is refused.
     pub fn endpoint(&self) -> Result<Endpoint> {
-        Endpoint::from_settings(self.resolve()?.settings()?)
+        let resolution = self.resolve()?;
+        let endpoint = Endpoint::from_settings(resolution.settings()?)?;
+        resolution.check_vhost(&endpoint)?;
+        Ok(endpoint)
     }
 
-    /// The vhost for a command that takes it from the command line: `--vhost`, else the
-    /// context's, else `/`.
-    pub fn vhost(&self, flag: Option<&str>) -> Result<String> {
-        if let Some(v) = flag {
+    /// The vhost for a command that takes it from the command line: `--vhost`, else the AMQP
+    /// URL's, else the context's, else `/`. Two of them naming different vhosts is refused.
+    pub fn vhost(&self, flag: Option<&str>, endpoint: &Endpoint) -> Result<String> {
+        if let spec::Vhosts::Override(v) | spec::Vhosts::OfTheUrl(v) = vhosts(flag, Some(endpoint))? {
             return Ok(v.to_string());
         }
         match self.resolve()?.vhost {

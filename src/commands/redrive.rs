@@ -82,7 +82,8 @@ fn rate(value: &str) -> Result<u32, String> {
 }
 
 pub fn run(args: Args, format: Format) -> Result<Exit> {
-    let spec = match args.spec.load()? {
+    let endpoint = args.broker.endpoint();
+    let spec = match args.spec.load_for(endpoint.as_ref().ok())? {
         Ok(spec) => spec,
         Err(exit) => return Ok(exit),
     };
@@ -125,7 +126,7 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
         rate: args.rate,
         dry_run: args.dry_run,
     };
-    let endpoint = args.broker.endpoint()?;
+    let endpoint = endpoint?;
     let report = crate::ops::redrive::run(&endpoint, &request, |report| match format {
         Format::Json => output::json(report),
         Format::Table => Ok(output::print(&render(report))?),

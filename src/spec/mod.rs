@@ -170,11 +170,39 @@ pub enum LoadError {
     Invalid(SpecError),
 }
 
+/// Which vhost each topology is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Vhosts<'a> {
+    /// Each file's `vhost`, else `/`.
+    AsWritten,
+    /// Every topology's, whatever its file says (`--vhost`).
+    Override(&'a str),
+    /// The vhost the AMQP URL names: a topology's whose file names none; a file that names
+    /// another is an error.
+    OfTheUrl(&'a str),
+}
+
+impl<'a> Vhosts<'a> {
+    /// The one vhost every topology is in, when it is known before the files are read.
+    pub fn one(self) -> Option<&'a str> {
+        match self {
+            Vhosts::Override(v) | Vhosts::OfTheUrl(v) => Some(v),
+            Vhosts::AsWritten => None,
+        }
+    }
+}
+
+impl<'a> From<Option<&'a str>> for Vhosts<'a> {
+    /// `--vhost`, if given.
+    fn from(flag: Option<&'a str>) -> Self {
+        flag.map_or(Vhosts::AsWritten, Vhosts::Override)
+    }
+}
+
 /// Reads files and directories of `*.toml` (sorted by name) into one validated spec.
-/// `vhost_override` replaces every file's `vhost`, as `--vhost` does.
-pub fn load(paths: &[PathBuf], vhost_override: Option<&str>) -> Result<Spec, LoadError> {
+pub fn load(paths: &[PathBuf], vhosts: Vhosts<'_>) -> Result<Spec, LoadError> {
     let sources = read(paths)?;
-    from_sources(sources, vhost_override).map_err(LoadError::Invalid)
+    from_sources(sources, vhosts).map_err(LoadError::Invalid)
 }
 
 /// The files the paths name, read but not yet parsed (a plan file keeps them).
@@ -183,7 +211,7 @@ pub fn read(paths: &[PathBuf]) -> Result<Sources, LoadError> {
 }
 
 /// Parses and validates files already in memory. Pure: the unit tests' entry point.
-pub fn from_sources(sources: Sources, vhost_override: Option<&str>) -> Result<Spec, SpecError> {
+pub fn from_sources(sources: Sources, vhosts: Vhosts<'_>) -> Result<Spec, SpecError> {
     let mut diagnostics = Vec::new();
     // One topology a file is the usual layout; a Draft is about a kilobyte, so growing the vector
     // by doubling copies megabytes at 10,000 files.
@@ -191,7 +219,7 @@ pub fn from_sources(sources: Sources, vhost_override: Option<&str>) -> Result<Sp
     for file in 0..sources.len() {
         drafts.extend(parse::parse_file(file, sources.text(file), &mut diagnostics));
     }
-    let compiled = validate::validate(drafts, vhost_override, &sources, &mut diagnostics);
+    let compiled = validate::validate(drafts, vhosts, &sources, &mut diagnostics);
     // A mistake in [defaults] is found once per topology that inherits it; show it once.
     let mut seen = std::collections::BTreeSet::new();
     diagnostics.retain(|d| seen.insert((d.file, d.span.start, d.span.end, d.message.clone())));
@@ -210,7 +238,7 @@ pub(crate) fn one(toml: &str) -> Topology {
 pub fn from_str(name: &str, text: &str) -> Result<Spec, SpecError> {
     let mut sources = Sources::default();
     sources.add(PathBuf::from(name), text.to_string());
-    from_sources(sources, None)
+    from_sources(sources, Vhosts::AsWritten)
 }
 
 impl Topology {

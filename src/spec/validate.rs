@@ -9,7 +9,7 @@ use rustc_hash::FxHashMap;
 use super::parse::{Draft, Loc};
 use super::{
     DEFAULT_JITTER_BUCKETS, ExchangeType, IdempotencyKey, Jitter, MAX_ATTEMPTS, MAX_JITTER_BUCKETS, MAX_TTL_MS,
-    QueueType, Strategy, Topology,
+    QueueType, Strategy, Topology, Vhosts,
 };
 use crate::compile::CompiledTopology;
 use crate::diagnostic::Diagnostic;
@@ -49,7 +49,7 @@ impl Written {
 
 pub(super) fn validate(
     drafts: Vec<Draft>,
-    vhost_override: Option<&str>,
+    vhosts: Vhosts<'_>,
     sources: &crate::diagnostic::Sources,
     diags: &mut Vec<Diagnostic>,
 ) -> Vec<CompiledTopology> {
@@ -70,7 +70,7 @@ pub(super) fn validate(
         origins.insert(draft.name.value.clone(), draft.name.clone());
         let before = diags.len();
         let complete = draft.fields.invalid.is_empty();
-        let p = topology(draft, vhost_override, sources, diags);
+        let p = topology(draft, vhosts, sources, diags);
         // Only a topology whose every value is good can be compiled to check its names.
         if !complete || diags.len() > before {
             continue;
@@ -110,7 +110,7 @@ fn one_of<T: Copy>(
 
 fn topology(
     draft: Draft,
-    vhost_override: Option<&str>,
+    vhosts: Vhosts<'_>,
     sources: &crate::diagnostic::Sources,
     diags: &mut Vec<Diagnostic>,
 ) -> Written {
@@ -342,13 +342,21 @@ fn topology(
         (QueueType::Quorum, limit) => limit.as_ref().map(|l| l.value),
     };
 
-    let vhost = match (vhost_override, &draft.vhost) {
-        (Some(v), _) => v.to_string(),
-        (None, Some(v)) if v.value.is_empty() => {
+    let vhost = match (vhosts, &draft.vhost) {
+        (Vhosts::Override(v), _) => v.to_string(),
+        (Vhosts::OfTheUrl(url), Some(v)) if v.value != url => {
+            diags.push(
+                v.diag(format!("topology `{}` is in vhost `{}`, but the AMQP URL names vhost `{url}`", name.value, v.value))
+                    .label("not the AMQP URL's vhost")
+                    .hint("hopper will not guess which one is meant: drop `vhost` here to use the URL's, or give a URL without a vhost, or with this one"),
+            );
+            String::new()
+        }
+        (_, Some(v)) if v.value.is_empty() => {
             diags.push(v.diag("`vhost` is empty").label("empty").hint("the default virtual host is vhost = \"/\""));
             String::new()
         }
-        (None, Some(v)) if v.value.len() > 255 || v.value.chars().any(is_unsafe_char) => {
+        (_, Some(v)) if v.value.len() > 255 || v.value.chars().any(is_unsafe_char) => {
             diags.push(
                 v.diag(vhost_problem(&v.value).unwrap_or_default())
                     .label("not a usable vhost name")
@@ -356,8 +364,9 @@ fn topology(
             );
             String::new()
         }
-        (None, Some(v)) => v.value.clone(),
-        (None, None) => "/".to_string(),
+        (_, Some(v)) => v.value.clone(),
+        (Vhosts::OfTheUrl(url), None) => url.to_string(),
+        (Vhosts::AsWritten, None) => "/".to_string(),
     };
 
     let topology = Topology {

@@ -220,6 +220,111 @@ async fn a_password_is_never_printed() {
     );
 }
 
+/// Malformed URLs of every shape, each with `password` where a password goes: (whether it is a
+/// management URL, the URL).
+fn malformed(password: &str) -> Vec<(bool, String)> {
+    let p = password;
+    let amqp = [
+        format!("guest:{p}@127.0.0.1:5672"),
+        format!("amqp//guest:{p}@127.0.0.1:5672"),
+        format!("amqp:/guest:{p}@127.0.0.1:5672"),
+        format!("http://guest:{p}@127.0.0.1:5672"),
+        format!("amqp://guest:{p}@127.0.0.1:99999"),
+        format!("amqp://guest:{p}%zz@127.0.0.1:5672"),
+        format!("amqp://guest:{p} x@127.0.0.1:5672"),
+        format!("amqp://guest:{p}@more@127.0.0.1:5672"),
+        format!("amqp://guest:{p}/x@127.0.0.1:5672"),
+        format!("amqp://guest:{p}@[::1%25lo]:5672"),
+        format!("amqp://guest:{p}@127.0.0.1:5672/a/b"),
+        format!("amqp://127.0.0.1:5673,amqp//guest:{p}@127.0.0.1:5672"),
+    ];
+    let management = [
+        format!("guest:{p}@127.0.0.1:15672/api"),
+        format!("http//guest:{p}@127.0.0.1:15672/api"),
+        format!("http://guest:{p}@127.0.0.1:15672/api"),
+        format!("http://guest:{p}@127.0.0.1:99999/api"),
+    ];
+    amqp.into_iter().map(|u| (false, u)).chain(management.into_iter().map(|u| (true, u))).collect()
+}
+
+/// Runs `config show` and `diff` with `url` given by flag, by variable and by a context: each
+/// refuses (exit 2), and no byte of their output holds `password`.
+fn refused_without_the_password(dir: &std::path::Path, spec: &str, management: bool, url: &str, password: &str) {
+    let (flag, variable, key) = match management {
+        false => ("--amqp-url", "HOPPER_AMQP_URL", "amqp_url"),
+        true => ("--management-url", "HOPPER_MANAGEMENT_URL", "management_url"),
+    };
+    let config = dir.join("config.toml");
+    std::fs::write(&config, format!("[context.c]\n{key} = {}\n", toml::Value::String(url.to_string()))).unwrap();
+    let config = config.display().to_string();
+    let context = [("HOPPER_CONFIG", config.as_str()), ("HOPPER_CONTEXT", "c")];
+    for command in [&["config", "show"][..], &["diff", spec]] {
+        for (args, env) in [
+            ([command, &[flag, url]].concat(), vec![]),
+            (command.to_vec(), vec![(variable, url)]),
+            (command.to_vec(), context.to_vec()),
+        ] {
+            let out = hopper_env(&args, &env);
+            let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+            assert!(!all.contains(password), "hopper {} ({env:?}) printed the password:\n{all}", args.join(" "));
+            assert_eq!(out.status.code(), Some(2), "hopper {} ({env:?}) took {url}:\n{all}", args.join(" "));
+        }
+    }
+}
+
+/// URLs malformed every way, given every way, to `config show` and `diff`: refused, and the
+/// password in them is printed nowhere.
+#[test]
+fn a_malformed_urls_password_is_never_printed() {
+    let dir = std::env::temp_dir().join(support::unique("hopper-test-malformed"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let spec = dir.join("orders.toml");
+    std::fs::write(&spec, "[topology.orders]\ndelays = [\"1s\"]\n").unwrap();
+    let spec = spec.display().to_string();
+    for (management, url) in malformed(SECRET) {
+        refused_without_the_password(&dir, &spec, management, &url, SECRET);
+    }
+    // A config file whose mistake is on a URL's line: the diagnostic quotes the line.
+    let config = dir.join("broken.toml");
+    let env = [("HOPPER_CONFIG", config.to_str().unwrap()), ("HOPPER_CONTEXT", "c")];
+    for file in [
+        format!("[context.c]\namqp_url = [\"amqp://guest:{SECRET}@127.0.0.1:5672\", 5]\n"),
+        format!("[context.c]\namqp_url = \"amqp://guest:{SECRET}@127.0.0.1:5672\n"),
+        format!("[context.c]\nmanagement_url = [\"http//guest:{SECRET}@127.0.0.1:15672/api\", 5]\n"),
+    ] {
+        std::fs::write(&config, file).unwrap();
+        for args in [&["config", "show"][..], &["diff", &spec]] {
+            let out = hopper_env(args, &env);
+            let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+            assert!(!all.contains(SECRET), "hopper {} printed the password:\n{all}", args.join(" "));
+            assert_eq!(out.status.code(), Some(2), "{all}");
+        }
+    }
+    // Generated passwords, holding what breaks a URL, in a shape drawn for each.
+    use proptest::prelude::*;
+    let mut runner = proptest::test_runner::TestRunner::new(proptest::test_runner::Config {
+        cases: 12,
+        failure_persistence: None,
+        ..proptest::test_runner::Config::default()
+    });
+    let password = proptest::collection::vec(
+        proptest::sample::select(vec![
+            'a', 'z', '0', '9', '@', '/', ':', ',', '%', '#', '?', ' ', '[', ']', '!', '&', '=', 'é',
+        ]),
+        0..10,
+    )
+    .prop_map(|t| format!("Pw7{}", t.into_iter().collect::<String>()))
+    .prop_filter("a password holding `://` starts a URL of its own", |p| !p.contains("://"));
+    runner
+        .run(&(password, 0..16usize), |(password, shape)| {
+            let (management, url) = malformed(&password).swap_remove(shape);
+            refused_without_the_password(&dir, &spec, management, &url, &password);
+            Ok(())
+        })
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A TCP proxy in front of a broker's AMQP port that counts the connections made through it.
 struct CountingProxy {
     url: String,

@@ -9,6 +9,7 @@ mod config;
 mod connect;
 mod consumer;
 mod diff;
+mod endpoints;
 mod export;
 mod flow;
 mod gates;

@@ -193,7 +193,7 @@ fn compiled(files: &[(String, String)]) -> Vec<CompiledTopology> {
     for (name, text) in files {
         sources.add(name.into(), text.clone());
     }
-    match hopper::spec::from_sources(sources, None) {
+    match hopper::spec::from_sources(sources, hopper::spec::Vhosts::AsWritten) {
         Ok(spec) => spec.compiled,
         Err(e) => panic!(
             "a generated spec was refused:\n{}\n{}",

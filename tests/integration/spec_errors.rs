@@ -669,7 +669,7 @@ delays = [\"5s\"]
         PathBuf::from("b.toml"),
         "vhost = \"b\"\n[topology.orders2]\nqueue = \"orders\"\ndelays = [\"5s\"]\n".into(),
     );
-    assert!(spec::from_sources(sources, None).is_ok());
+    assert!(spec::from_sources(sources, hopper::spec::Vhosts::AsWritten).is_ok());
 }
 
 #[test]
@@ -707,7 +707,7 @@ fn duplicate_topology_across_files_points_at_both() {
     let mut sources = Sources::default();
     let a = sources.add(PathBuf::from("a.toml"), first.into());
     let b = sources.add(PathBuf::from("b.toml"), second.into());
-    let err = match spec::from_sources(sources, None) {
+    let err = match spec::from_sources(sources, hopper::spec::Vhosts::AsWritten) {
         Ok(_) => panic!("a topology defined in two files was accepted"),
         Err(err) => err,
     };
@@ -770,7 +770,7 @@ fn errors_in_several_files_are_all_reported_with_their_own_path() {
     let mut sources = Sources::default();
     sources.add(PathBuf::from("a.toml"), "[topology.orders]\ndelays = [\"5000\"]\nmax_attempts = 1\n".into());
     sources.add(PathBuf::from("b.toml"), "[topology.payments]\ndelays = [\"5s\"]\nstrategy = \"chained\"\n".into());
-    let err = match spec::from_sources(sources, None) {
+    let err = match spec::from_sources(sources, hopper::spec::Vhosts::AsWritten) {
         Ok(_) => panic!("accepted"),
         Err(err) => err,
     };
