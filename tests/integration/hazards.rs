@@ -1062,12 +1062,15 @@ async fn default_delivery_limit(broker: Broker) {
 // once, and drops on expiry, overflow and delivery limit judged alike.
 // ---------------------------------------------------------------------------------------------
 
-/// Every finding as (rule, severity, queues), sorted, and the exit code: from `--format json`,
-/// and the same severities and rules in the table a person reads.
+/// A finding as (rule, severity, queues).
+type Judged = (String, String, Vec<String>);
+
+/// Every finding, sorted, and the exit code: from `--format json`, and the same severities and
+/// rules in the table a person reads.
 #[track_caller]
-fn judged(vhost: &Vhost) -> (Option<i32>, Vec<(String, String, Vec<String>)>) {
+fn judged(vhost: &Vhost) -> (Option<i32>, Vec<Judged>) {
     let (code, reports) = vhost.json(&["inspect", "--vhost", &vhost.name]);
-    let mut found: Vec<(String, String, Vec<String>)> = reports["vhosts"][0]["hazards"]
+    let mut found: Vec<Judged> = reports["vhosts"][0]["hazards"]
         .as_array()
         .unwrap()
         .iter()
@@ -1086,7 +1089,7 @@ fn judged(vhost: &Vhost) -> (Option<i32>, Vec<(String, String, Vec<String>)>) {
     (code, found)
 }
 
-fn judged_as(rule: &str, severity: &str, queues: &[&str]) -> (String, String, Vec<String>) {
+fn judged_as(rule: &str, severity: &str, queues: &[&str]) -> Judged {
     (rule.to_string(), severity.to_string(), queues.iter().map(|q| q.to_string()).collect())
 }
 
@@ -1169,9 +1172,22 @@ async fn drops_off_a_retry_path_are_warnings(broker: Broker) {
     support::publish(&c, "", "bounded", &["older".to_string(), "newer".to_string()]).await;
     let left = support::drain(&c, "bounded").await;
     assert_eq!(left.iter().map(|m| support::message_id(&m.properties)).collect::<Vec<_>>(), ["newer"], "drop-head");
+    // A quorum queue does not know reject-publish-dlx: it drops the head all the same.
+    let overflow = [
+        ("x-queue-type", Str("quorum")),
+        ("x-delivery-limit", Int(3)),
+        ("x-max-length", Int(1)),
+        ("x-overflow", Str("reject-publish-dlx")),
+    ];
+    queue(&ch, "overflowing", args(&overflow)).await;
+    support::publish(&c, "", "overflowing", &["older".to_string(), "newer".to_string()]).await;
+    let left = support::drain(&c, "overflowing").await;
+    assert_eq!(left.iter().map(|m| support::message_id(&m.properties)).collect::<Vec<_>>(), ["newer"], "drop-head");
     let (code, found) = judged(&vhost);
     let mut expected = vec![
         judged_as("max-length-drops", "warning", &["bounded"]),
+        judged_as("max-length-drops", "warning", &["overflowing"]),
+        judged_as("delivery-limit-drops", "warning", &["overflowing"]),
         judged_as("message-ttl-drops", "warning", &["cache"]),
         judged_as("delivery-limit-drops", "warning", &["limited"]),
     ];
@@ -1191,9 +1207,8 @@ async fn drops_off_a_retry_path_are_warnings(broker: Broker) {
 /// quorum target with a delivery limit and nowhere to send drops what fails there.
 async fn drops_on_a_retry_path_are_errors(broker: Broker) {
     let (vhost, c, ch) = trap(broker, "hazard-drops-errors").await;
-    let into = |target: &'static str| {
-        args(&[("x-dead-letter-exchange", Str("")), ("x-dead-letter-routing-key", Str(target))])
-    };
+    let into =
+        |target: &'static str| args(&[("x-dead-letter-exchange", Str("")), ("x-dead-letter-routing-key", Str(target))]);
     queue(&ch, "retry", args(&[("x-message-ttl", Int(200))])).await;
     queue(&ch, "held", args(&[("x-max-length", Int(1))])).await;
     queue(&ch, "again", args(&[("x-queue-type", Str("quorum")), ("x-delivery-limit", Int(3))])).await;
