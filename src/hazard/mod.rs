@@ -92,6 +92,39 @@ struct Subject<'n> {
     dead_letter_queue: bool,
 }
 
+/// Why a queue is part of a retry path: every message in it is one someone means to retry or
+/// park, so losing one is never intended. Read from the routing network alone, so that it holds
+/// for any vhost, hopper's or not. (A queue that has a dead-letter exchange of its own passes on
+/// what it would otherwise drop: the drop rules never meet it.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RetryPath<'n> {
+    /// The spec gives it a part (work, wait or dead-letter queue): every queue hopper compiles.
+    Role(RoleKind),
+    /// Another queue's dead letters reach it (the first such queue by name).
+    Receives(&'n QueueName),
+}
+
+impl std::fmt::Display for RetryPath<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RetryPath::Role(RoleKind::Work) => f.write_str("it is the work queue of a retry topology"),
+            RetryPath::Role(RoleKind::Wait) => f.write_str("it is a wait queue of a retry topology"),
+            RetryPath::Role(RoleKind::DeadLetter) => f.write_str("it is the dead-letter queue of a retry topology"),
+            RetryPath::Receives(from) => write!(f, "it receives the dead letters of `{from}`"),
+        }
+    }
+}
+
+/// Whether `name` is on a retry path, and why: from the spec's role; on a live vhost, when
+/// another queue's dead letters reach it.
+fn retry_path<'n>(n: &'n Network, name: &str) -> Option<RetryPath<'n>> {
+    let q = n.queues.get(name)?;
+    if let Some(role) = q.role {
+        return Some(RetryPath::Role(role));
+    }
+    n.feeders(name).iter().min().map(RetryPath::Receives)
+}
+
 /// Every hazard in the network, worst first.
 pub fn check(n: &Network) -> Vec<Finding> {
     let mut out = Vec::new();
@@ -106,6 +139,9 @@ pub fn check(n: &Network) -> Vec<Finding> {
         out.extend(expires_on_retry_path(&s));
         out.extend(drop_head_on_wait_or_dead_letter_queue(&s));
         out.extend(at_least_once_not_in_force(&s));
+        out.extend(at_most_once_dead_lettering(&s));
+        out.extend(message_ttl_drops(&s));
+        out.extend(max_length_drops(&s));
         out.extend(unknown_arguments(&s));
         out.extend(arguments_refused(&s));
         out.extend(delivery_limit_drops(&s));
@@ -419,6 +455,90 @@ fn at_least_once_not_in_force(s: &Subject) -> Option<Finding> {
     ))
 }
 
+/// at-most-once-dead-lettering: a quorum queue with a dead-letter exchange whose strategy is at
+/// most once, by default or by choice. One that asks for at-least-once and does not get it is
+/// `at-least-once-not-in-force`'s. Classic queues have no other way to dead-letter: not reported.
+fn at_most_once_dead_lettering(s: &Subject) -> Option<Finding> {
+    if !s.q.quorum || s.n.at_least_once(s.name) {
+        return None;
+    }
+    let dlx = s.n.setting(s.name, Setting::DeadLetterExchange)?;
+    let strategy = s.n.setting(s.name, Setting::DeadLetterStrategy);
+    let chosen = match &strategy {
+        Some(e) if e.value.as_str() == Some("at-least-once") => return None,
+        Some(e) => format!("dead-letter-strategy {}{}", e.value, source(e)),
+        None => "the default".to_string(),
+    };
+    let through = match s.n.text(s.name, Setting::DeadLetterExchange).unwrap_or_default() {
+        x if x.is_empty() => "the default exchange".to_string(),
+        x => format!("exchange `{x}`"),
+    };
+    Some(Finding::on(
+        Rule::AtMostOnceDeadLettering,
+        s.name,
+        format!(
+            "quorum queue `{}` dead-letters through {through}{} at most once ({chosen}): a dead letter its target cannot take (full, unavailable, without quorum) is lost; set dead-letter-strategy at-least-once with overflow reject-publish",
+            s.name,
+            source(&dlx)
+        ),
+    ))
+}
+
+/// message-ttl-drops: messages expire from a queue with no dead-letter exchange. A dead-letter
+/// queue's TTL is `dead-letter-queue-not-terminal`'s.
+fn message_ttl_drops(s: &Subject) -> Option<Finding> {
+    if s.dead_letter_queue || s.n.has(s.name, Setting::DeadLetterExchange) {
+        return None;
+    }
+    let ttl = s.n.setting(s.name, Setting::MessageTtl)?;
+    let message = format!(
+        "`{}` drops a message that is not consumed within its message TTL of {} ms{}: it has no dead-letter exchange",
+        s.name,
+        ttl.value,
+        source(&ttl)
+    );
+    Some(dropping(s, Rule::MessageTtlDrops, message, true))
+}
+
+/// max-length-drops: a full queue with no dead-letter exchange drops its oldest messages (or a
+/// classic queue with reject-publish-dlx the one published). A dead-letter queue's limit is
+/// `drop-head-on-wait-or-dead-letter-queue`'s.
+fn max_length_drops(s: &Subject) -> Option<Finding> {
+    if s.dead_letter_queue
+        || s.n.has(s.name, Setting::DeadLetterExchange)
+        || !s.n.can_dead_letter(s.name, Reason::Maxlen)
+    {
+        return None;
+    }
+    let limits: Vec<String> = [Setting::MaxLength, Setting::MaxLengthBytes]
+        .into_iter()
+        .filter_map(|limit| s.n.setting(s.name, limit).map(|e| format!("{limit} {}{}", e.value, source(&e))))
+        .collect();
+    let which = match s.n.text(s.name, Setting::Overflow).as_deref() {
+        Some("reject-publish-dlx") if !s.q.quorum => "the message published when it is full",
+        Some("reject-publish-dlx") => {
+            "its oldest message when it is full (a quorum queue runs reject-publish-dlx as drop-head)"
+        }
+        _ => "its oldest message when it is full",
+    };
+    let message = format!("`{}` drops {which} ({}): it has no dead-letter exchange", s.name, limits.join(", "));
+    Some(dropping(s, Rule::MaxLengthDrops, message, true))
+}
+
+/// A drop rule's finding: a warning where the queue's own setting (`chosen`) may mean the drop,
+/// an error where no one can (`Rule::severity`): on a retry path, which its message names, or
+/// by a setting no one chose. The retry path is worked out here, for a queue that drops only:
+/// it needs every queue's dead-letter route.
+fn dropping(s: &Subject, rule: Rule, message: String, chosen: bool) -> Finding {
+    let path = retry_path(s.n, s.name);
+    let on = path.map(|why| format!(", and it is on a retry path ({why})")).unwrap_or_default();
+    let mut f = Finding::on(rule, s.name, format!("{message}{on}"));
+    if path.is_some() || !chosen {
+        f.severity = Severity::Error;
+    }
+    f
+}
+
 fn unknown_arguments(s: &Subject) -> Vec<Finding> {
     s.q.arguments
         .keys()
@@ -459,21 +579,28 @@ fn delivery_limit_drops(s: &Subject) -> Option<Finding> {
         return None;
     }
     let limit = s.n.delivery_limit(s.name).filter(|l| *l < UNREACHABLE_DELIVERY_LIMIT)?;
-    let default = if s.n.has(s.name, Setting::DeliveryLimit) { "" } else { " (RabbitMQ 4's default)" };
+    // A limit someone set may mean to drop poison messages; RabbitMQ 4's default, or a -1 that
+    // 3.x reads as 0, means no such thing.
+    let set = s.n.setting(s.name, Setting::DeliveryLimit);
+    let chosen = matches!(set.as_ref().map(|e| &e.value), Some(ArgValue::Int(n)) if *n >= 0);
+    let default = match &set {
+        None => " (RabbitMQ 4's default)".to_string(),
+        Some(e) if !chosen => {
+            format!(" (a delivery limit of {}, which RabbitMQ {} reads as {limit})", e.value, s.n.version)
+        }
+        Some(e) => source(e),
+    };
     let what = match s.n.version.delivery_count() {
         DeliveryCount::EveryReturn => "redelivered",
         DeliveryCount::FailedOnly => {
             "given back as failed (basic.reject, a consumer crash; on RabbitMQ 4.3 a nack with requeue does not count)"
         }
     };
-    Some(Finding::on(
-        Rule::DeliveryLimitDrops,
-        s.name,
-        format!(
-            "quorum queue `{}` drops a message {what} more than {limit} time(s){default}: it has no dead-letter exchange",
-            s.name
-        ),
-    ))
+    let message = format!(
+        "quorum queue `{}` drops a message {what} more than {limit} time(s){default}: it has no dead-letter exchange",
+        s.name
+    );
+    Some(dropping(s, Rule::DeliveryLimitDrops, message, chosen))
 }
 
 /// redeliveries-unbounded: a queue consumers read, with no delivery limit on its broker's
@@ -645,9 +772,9 @@ mod tests {
     use super::*;
     use crate::spec;
 
-    fn lint(toml: &str) -> Vec<Finding> {
+    fn lint(toml: &str, version: crate::version::Version) -> Vec<Finding> {
         let c = spec::from_str("t.toml", toml).unwrap_or_else(|e| panic!("{}", e.render_plain())).compiled;
-        check(&Network::from_compiled(&c.iter().collect::<Vec<_>>(), crate::version::CURRENT))
+        check(&Network::from_compiled(&c.iter().collect::<Vec<_>>(), version))
     }
 
     #[test]
@@ -668,12 +795,20 @@ mod tests {
 
     #[test]
     fn every_hopper_topology_is_clean() {
-        for strategy in ["republish", "chain"] {
-            for queue_type in ["quorum", "classic"] {
-                let findings = lint(&format!(
-                    "[topology.orders]\nstrategy = \"{strategy}\"\nqueue_type = \"{queue_type}\"\nexchange_type = \"topic\"\ndelays = [\"1s\", \"5s\"]\nmax_attempts = 4\n\n[topology.emails]\nexchange_type = \"fanout\"\nmax_attempts = 1\n"
-                ));
-                assert_eq!(findings, vec![], "{strategy} {queue_type}");
+        use crate::version::Version;
+        // Judged as every release of the matrix runs it: the delivery limit's default, at-most-once
+        // dead-lettering and drops depend on it.
+        for version in [Version::new(3, 10, 0), Version::new(4, 0, 0), crate::version::CURRENT] {
+            for strategy in ["republish", "chain"] {
+                for queue_type in ["quorum", "classic"] {
+                    let findings = lint(
+                        &format!(
+                            "[topology.orders]\nstrategy = \"{strategy}\"\nqueue_type = \"{queue_type}\"\nexchange_type = \"topic\"\ndelays = [\"1s\", \"5s\"]\nmax_attempts = 4\n\n[topology.emails]\nexchange_type = \"fanout\"\nmax_attempts = 1\n"
+                        ),
+                        version,
+                    );
+                    assert_eq!(findings, vec![], "{strategy} {queue_type} on {version}");
+                }
             }
         }
     }
@@ -698,7 +833,12 @@ mod tests {
         let upgraded = |v: Version| {
             let mut n = Network::default().with_queue("old", &[("x-queue-version", ArgValue::Int(1))]).with_queue(
                 "work",
-                &[("x-queue-type", ArgValue::str("quorum")), ("x-dead-letter-exchange", ArgValue::str(""))],
+                &[
+                    ("x-queue-type", ArgValue::str("quorum")),
+                    ("x-dead-letter-exchange", ArgValue::str("")),
+                    ("x-dead-letter-strategy", ArgValue::str("at-least-once")),
+                    ("x-overflow", ArgValue::str("reject-publish")),
+                ],
             );
             n.version = v;
             check(&n).into_iter().map(|f| f.rule).collect::<Vec<_>>()
@@ -749,6 +889,147 @@ mod tests {
         for stated in ["idempotency_key = \"message_id\"\n", "idempotency_key = { header = \"order-id\" }\n"] {
             assert_eq!(check_spec(spec(&format!("[defaults]\n{stated}")).topologies()), vec![], "{stated}");
         }
+    }
+
+    /// The findings of a network as (rule, severity, queue), for the rules a test is about.
+    fn judged(n: &Network, rules: &[Rule]) -> Vec<(Rule, Severity, String)> {
+        check(n)
+            .into_iter()
+            .filter(|f| rules.contains(&f.rule))
+            .map(|f| (f.rule, f.severity, f.queues.iter().map(QueueName::as_str).collect::<Vec<_>>().join(",")))
+            .collect()
+    }
+
+    fn with_policy(mut n: Network, queue: &str, name: &str, definition: &[(&str, ArgValue)]) -> Network {
+        let definition = definition.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+        n.queues.get_mut(queue).unwrap().policy =
+            Some(std::sync::Arc::new(crate::policy::AppliedPolicy { name: name.into(), definition }));
+        n
+    }
+
+    #[test]
+    fn quorum_dead_lettering_at_most_once_is_an_error() {
+        let s = ArgValue::str;
+        let quorum = |extra: &[(&'static str, ArgValue)]| {
+            let mut args = vec![
+                ("x-queue-type", s("quorum")),
+                ("x-dead-letter-exchange", s("")),
+                ("x-dead-letter-routing-key", s("park")),
+            ];
+            args.extend(extra.iter().cloned());
+            Network::default().with_queue("park", &[]).with_queue("work", &args)
+        };
+        let rules = [Rule::AtMostOnceDeadLettering, Rule::AtLeastOnceNotInForce];
+        let error = |rule| vec![(rule, Severity::Error, "work".to_string())];
+        assert_eq!(judged(&quorum(&[]), &rules), error(Rule::AtMostOnceDeadLettering), "the default");
+        let chosen = quorum(&[("x-dead-letter-strategy", s("at-most-once"))]);
+        assert_eq!(judged(&chosen, &rules), error(Rule::AtMostOnceDeadLettering), "chosen");
+        let message = &check(&chosen)[0].message;
+        assert!(message.contains("(dead-letter-strategy \"at-most-once\")"), "{message}");
+        let safe = [("x-dead-letter-strategy", s("at-least-once")), ("x-overflow", s("reject-publish"))];
+        assert_eq!(judged(&quorum(&safe), &rules), []);
+        // Asked for and not in force: the other rule's, not both.
+        let downgraded = quorum(&[("x-dead-letter-strategy", s("at-least-once"))]);
+        assert_eq!(judged(&downgraded, &rules), error(Rule::AtLeastOnceNotInForce));
+        // On a quorum queue a policy's overflow overrides the argument's (notes §2.6).
+        let overridden = with_policy(quorum(&safe), "work", "bounded", &[("overflow", s("drop-head"))]);
+        assert_eq!(judged(&overridden, &rules), error(Rule::AtLeastOnceNotInForce));
+        // A classic queue has no other way: not reported. No dead-letter exchange: nothing to lose.
+        let classic = Network::default()
+            .with_queue("work", &[("x-dead-letter-exchange", s("")), ("x-dead-letter-routing-key", s("park"))]);
+        assert_eq!(judged(&classic, &rules), []);
+        assert_eq!(judged(&Network::default().with_queue("work", &[("x-queue-type", s("quorum"))]), &rules), []);
+        // A dead-letter exchange set by a policy (a blanket policy, as RabbitMQ advises).
+        let blanket = with_policy(
+            Network::default().with_queue("park", &[]).with_queue("work", &[("x-queue-type", s("quorum"))]),
+            "work",
+            "dead-letters",
+            &[("dead-letter-exchange", s("")), ("dead-letter-routing-key", s("park"))],
+        );
+        let findings = check(&blanket);
+        assert_eq!(judged(&blanket, &rules), error(Rule::AtMostOnceDeadLettering));
+        assert!(findings[0].message.contains("(set by policy `dead-letters`)"), "{}", findings[0].message);
+    }
+
+    #[test]
+    fn drops_are_warnings_off_a_retry_path_and_errors_on_one() {
+        use crate::version::Version;
+        let s = ArgValue::str;
+        let drops = [Rule::MessageTtlDrops, Rule::MaxLengthDrops, Rule::DeliveryLimitDrops];
+        let one = |args: &[(&str, ArgValue)]| judged(&Network::default().with_queue("q", args), &drops);
+        let warning = |rule| vec![(rule, Severity::Warning, "q".to_string())];
+        let error = |rule| vec![(rule, Severity::Error, "q".to_string())];
+
+        // Off a retry path, a setting of the queue's own: a cache, a bounded buffer, a limit.
+        assert_eq!(one(&[("x-message-ttl", ArgValue::Int(100))]), warning(Rule::MessageTtlDrops));
+        assert_eq!(one(&[("x-max-length", ArgValue::Int(1))]), warning(Rule::MaxLengthDrops));
+        assert_eq!(one(&[("x-max-length-bytes", ArgValue::Int(1))]), warning(Rule::MaxLengthDrops));
+        let dlx = ("x-overflow", s("reject-publish-dlx"));
+        assert_eq!(one(&[("x-max-length", ArgValue::Int(1)), dlx.clone()]), warning(Rule::MaxLengthDrops));
+        // reject-publish drops nothing (the publisher is told); a quorum queue reads
+        // reject-publish-dlx as drop-head.
+        assert_eq!(one(&[("x-max-length", ArgValue::Int(1)), ("x-overflow", s("reject-publish"))]), []);
+        let quorum = ("x-queue-type", s("quorum"));
+        let limited = ("x-delivery-limit", ArgValue::Int(3));
+        assert_eq!(
+            one(&[quorum.clone(), limited.clone(), ("x-max-length", ArgValue::Int(1)), dlx]),
+            [
+                (Rule::DeliveryLimitDrops, Severity::Warning, "q".into()),
+                (Rule::MaxLengthDrops, Severity::Warning, "q".into())
+            ]
+        );
+        assert_eq!(one(&[quorum.clone(), limited.clone()]), warning(Rule::DeliveryLimitDrops));
+        // A dead-letter exchange: dead-lettered, not dropped.
+        assert_eq!(one(&[("x-message-ttl", ArgValue::Int(100)), ("x-dead-letter-exchange", s("elsewhere"))]), []);
+
+        // The default delivery limit is no one's choice; nor is a -1 that 3.x reads as 0.
+        assert_eq!(one(std::slice::from_ref(&quorum)), error(Rule::DeliveryLimitDrops));
+        let mut old = Network::default().with_queue("q", &[quorum.clone(), ("x-delivery-limit", ArgValue::Int(-1))]);
+        old.version = Version::new(3, 10, 8);
+        assert_eq!(judged(&old, &drops), error(Rule::DeliveryLimitDrops));
+        assert!(check(&old)[0].message.contains("which RabbitMQ 3.10.8 reads as 0"), "{:#?}", check(&old));
+
+        // On a retry path, every one is an error, and says why it is on one.
+        let fed = |args: &[(&str, ArgValue)]| {
+            let into = [("x-dead-letter-exchange", s("")), ("x-dead-letter-routing-key", s("q"))];
+            Network::default().with_queue("work", &into).with_queue("q", args)
+        };
+        for (args, rule) in [
+            (vec![("x-message-ttl", ArgValue::Int(100))], Rule::MessageTtlDrops),
+            (vec![("x-max-length", ArgValue::Int(1))], Rule::MaxLengthDrops),
+            (vec![quorum.clone(), limited.clone()], Rule::DeliveryLimitDrops),
+        ] {
+            let n = fed(&args);
+            assert_eq!(judged(&n, &drops), error(rule), "{args:?}");
+            let f = check(&n).into_iter().find(|f| f.rule == rule).unwrap();
+            assert!(f.message.ends_with("on a retry path (it receives the dead letters of `work`)"), "{}", f.message);
+        }
+        // A parking lot's TTL and length are the dead-letter queue rules', not these.
+        let parking = Network::default()
+            .with_queue("work", &[("x-dead-letter-exchange", s("")), ("x-dead-letter-routing-key", s("work.dlq"))])
+            .with_queue("work.dlq", &[("x-message-ttl", ArgValue::Int(100)), ("x-max-length", ArgValue::Int(1))]);
+        assert_eq!(judged(&parking, &drops), []);
+        let rules: Vec<Rule> = check(&parking).into_iter().map(|f| f.rule).collect();
+        assert_eq!(rules, [Rule::DropHeadOnWaitOrDeadLetterQueue, Rule::DeadLetterQueueNotTerminal]);
+    }
+
+    #[test]
+    fn a_retry_path_is_read_from_the_network() {
+        let s = ArgValue::str;
+        let n = Network::default()
+            .with_queue("b", &[("x-dead-letter-exchange", s("")), ("x-dead-letter-routing-key", s("parked"))])
+            .with_queue("a", &[("x-dead-letter-exchange", s("")), ("x-dead-letter-routing-key", s("parked"))])
+            .with_queue("parked", &[])
+            .with_queue("alone", &[("x-message-ttl", ArgValue::Int(5))]);
+        assert_eq!(retry_path(&n, "a"), None, "it dead-letters, and nothing reaches it");
+        assert_eq!(retry_path(&n, "parked"), Some(RetryPath::Receives(&QueueName::from("a"))));
+        assert_eq!(retry_path(&n, "alone"), None);
+        assert_eq!(retry_path(&n, "absent"), None);
+        let c = spec::from_str("t.toml", "[topology.orders]\ndelays = [\"1s\"]\n")
+            .unwrap_or_else(|e| panic!("{}", e.render_plain()))
+            .compiled;
+        let n = Network::from_compiled(&c.iter().collect::<Vec<_>>(), crate::version::CURRENT);
+        assert_eq!(retry_path(&n, "orders.dlq"), Some(RetryPath::Role(RoleKind::DeadLetter)));
     }
 
     #[test]

@@ -33,10 +33,13 @@ pub enum Rule {
     ClassicQueueUnavailable,
     PublishersBlocked,
     IdempotencyKeyUnstated,
+    AtMostOnceDeadLettering,
+    MessageTtlDrops,
+    MaxLengthDrops,
 }
 
 impl Rule {
-    pub const ALL: [Rule; 22] = [
+    pub const ALL: [Rule; 25] = [
         Rule::DeadLetterExchangeMissing,
         Rule::DeadLettersUnroutable,
         Rule::DeadLettersFanOut,
@@ -59,6 +62,9 @@ impl Rule {
         Rule::ClassicQueueUnavailable,
         Rule::PublishersBlocked,
         Rule::IdempotencyKeyUnstated,
+        Rule::AtMostOnceDeadLettering,
+        Rule::MessageTtlDrops,
+        Rule::MaxLengthDrops,
     ];
 
     /// The id shown in brackets and in JSON.
@@ -86,11 +92,24 @@ impl Rule {
             Rule::ClassicQueueUnavailable => "classic-queue-unavailable",
             Rule::PublishersBlocked => "publishers-blocked",
             Rule::IdempotencyKeyUnstated => "idempotency-key-unstated",
+            Rule::AtMostOnceDeadLettering => "at-most-once-dead-lettering",
+            Rule::MessageTtlDrops => "message-ttl-drops",
+            Rule::MaxLengthDrops => "max-length-drops",
         }
     }
 
+    /// How bad a finding of this rule is, at least. The three drop rules (`message-ttl-drops`,
+    /// `max-length-drops`, `delivery-limit-drops`) are warnings where the queue's own setting
+    /// drops messages off any retry path, as a cache or a bounded buffer may mean to; each of
+    /// their findings is an error where no one can mean the drop: on a retry path, whose every
+    /// message someone means to retry or park, or by RabbitMQ 4's default delivery limit, which
+    /// no one set (`dropping` in the hazard module).
+    ///
+    /// `at-most-once-dead-lettering` is always an error: a queue that has a dead-letter exchange
+    /// means its dead letters to arrive, and a quorum queue is chosen for not losing messages.
     pub fn severity(self) -> Severity {
         match self {
+            Rule::MessageTtlDrops | Rule::MaxLengthDrops | Rule::DeliveryLimitDrops => Severity::Warning,
             Rule::WaitQueueWithConsumers
             | Rule::DeadLetterRoutingKeyMissing
             | Rule::RedeliveriesUnbounded
@@ -137,6 +156,15 @@ impl Rule {
             Rule::UnknownArgument => "RabbitMQ stores an x-argument it does not know without a word and ignores it.",
             Rule::DeliveryLimitDrops => {
                 "A quorum queue drops a message redelivered past its delivery limit (20 by default since RabbitMQ 4.0) when it has no dead-letter exchange."
+            }
+            Rule::MessageTtlDrops => {
+                "A message that outlives the queue's message TTL is dead-lettered, or dropped when the queue has no dead-letter exchange."
+            }
+            Rule::MaxLengthDrops => {
+                "A queue over its max-length or max-length-bytes with the default drop-head overflow removes its oldest messages: dead-lettered, or dropped when it has no dead-letter exchange."
+            }
+            Rule::AtMostOnceDeadLettering => {
+                "A quorum queue dead-letters at most once unless dead-letter-strategy is at-least-once with overflow reject-publish: it removes the dead letter first and publishes it without a confirm, so a target that is full, unavailable or without quorum loses it."
             }
             Rule::DeadLetterQueueNotTerminal => {
                 "A dead-letter queue with a TTL expires its messages, and one with a dead-letter exchange passes them on: the parking lot does not keep them."

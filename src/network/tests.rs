@@ -92,3 +92,22 @@ fn an_alternate_exchange_is_not_assumed_when_a_binding_might_match() {
     assert_eq!(n.route("orders", Some("wait")).queues, BTreeSet::from(["unrouted".into()]));
     assert_eq!(n.route("orders", Some("order.created")).queues, BTreeSet::from(["orders".into()]));
 }
+
+/// Overflow as each queue type runs it: reject-publish refuses the publish (nothing dies);
+/// reject-publish-dlx dead-letters the refused message on a classic queue, and on a quorum queue,
+/// which does not know it, is drop-head (measured on 3.10.8, 4.0.5 and 4.3.6).
+#[test]
+fn what_overflows_dies_of_maxlen() {
+    let maxlen = |quorum: bool, overflow: Option<&str>| {
+        let mut args = vec![("x-max-length", ArgValue::Int(1))];
+        args.extend(quorum.then(|| ("x-queue-type", ArgValue::str("quorum"))));
+        args.extend(overflow.map(|o| ("x-overflow", ArgValue::str(o))));
+        Network::default().with_queue("q", &args).can_dead_letter("q", Reason::Maxlen)
+    };
+    for quorum in [false, true] {
+        assert!(maxlen(quorum, None), "drop-head by default");
+        assert!(maxlen(quorum, Some("drop-head")));
+        assert!(!maxlen(quorum, Some("reject-publish")));
+        assert!(maxlen(quorum, Some("reject-publish-dlx")), "quorum: {quorum}");
+    }
+}

@@ -204,6 +204,9 @@ on_every_broker!(
     inspect_one_queue_of_a_hand_built_vhost,
     inspect_a_spec_restricts_to_its_queues,
     graph_of_a_live_vhost,
+    at_most_once_dead_lettering,
+    drops_off_a_retry_path_are_warnings,
+    drops_on_a_retry_path_are_errors,
 );
 
 /// A hopper topology on a live broker, with traffic: no hazard.
@@ -1052,4 +1055,186 @@ async fn default_delivery_limit(broker: Broker) {
         let (_, findings) = inspect(&vhost);
         assert!(findings.iter().all(|f| f.rule != "delivery-limit-drops"), "{findings:#?}");
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Losses hopper knew of and did not report (issue 40, item 5): quorum dead-lettering at most
+// once, and drops on expiry, overflow and delivery limit judged alike.
+// ---------------------------------------------------------------------------------------------
+
+/// A finding as (rule, severity, queues).
+type Judged = (String, String, Vec<String>);
+
+/// Every finding, sorted, and the exit code: from `--format json`, and the same severities and
+/// rules in the table a person reads.
+#[track_caller]
+fn judged(vhost: &Vhost) -> (Option<i32>, Vec<Judged>) {
+    let (code, reports) = vhost.json(&["inspect", "--vhost", &vhost.name]);
+    let mut found: Vec<Judged> = reports["vhosts"][0]["hazards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let queues = f["queues"].as_array().unwrap().iter().map(|q| q.as_str().unwrap().to_string()).collect();
+            (f["rule"].as_str().unwrap().to_string(), f["severity"].as_str().unwrap().to_string(), queues)
+        })
+        .collect();
+    found.sort();
+    let out = vhost.hopper(&["inspect", "--vhost", &vhost.name]);
+    assert_eq!(out.status.code(), code, "the table exits as the JSON does");
+    let table = support::text(&out.stdout);
+    for (rule, severity, _) in &found {
+        assert!(table.contains(&format!("{severity} [{rule}]")), "{severity} [{rule}] in:\n{table}");
+    }
+    (code, found)
+}
+
+fn judged_as(rule: &str, severity: &str, queues: &[&str]) -> Judged {
+    (rule.to_string(), severity.to_string(), queues.iter().map(|q| q.to_string()).collect())
+}
+
+/// A quorum queue with a dead-letter exchange and the default strategy dead-letters at most
+/// once: the broker takes the dead letter out of the queue and publishes it without a confirm,
+/// so a target that refuses it (here a full queue with overflow reject-publish) loses it. The
+/// same queue with at-least-once keeps it (`messages_dlx`) and retries. inspect reports the
+/// default, whether the dead-letter exchange comes from an argument or from a policy.
+async fn at_most_once_dead_lettering(broker: Broker) {
+    let (vhost, c, ch) = trap(broker, "hazard-at-most-once").await;
+    queue(&ch, "park", args(&[("x-max-length", Int(1)), ("x-overflow", Str("reject-publish"))])).await;
+    support::publish(&c, "", "park", &["filler".to_string()]).await;
+    let quorum = |at_least_once: bool| {
+        let mut pairs = vec![
+            ("x-queue-type", Str("quorum")),
+            ("x-delivery-limit", Int(5)),
+            ("x-dead-letter-exchange", Str("")),
+            ("x-dead-letter-routing-key", Str("park")),
+        ];
+        if at_least_once {
+            pairs.extend([("x-dead-letter-strategy", Str("at-least-once")), ("x-overflow", Str("reject-publish"))]);
+        }
+        args(&pairs)
+    };
+    queue(&ch, "work", quorum(false)).await;
+    queue(&ch, "safe", quorum(true)).await;
+    for q in ["work", "safe"] {
+        support::publish(&c, "", q, &[format!("{q}-m")]).await;
+        reject_one(&ch, q).await;
+    }
+    assert_eq!(total(&c, &["work", "safe"]).await, 0, "neither has it ready");
+    // As in at_least_once_not_in_force: a quorum queue's first statistics come a tick after it
+    // starts, so any figure seen is from after the rejections.
+    wait_for_stats(&vhost, "safe", "holds its dead letter", |q| q["messages_dlx"] == 1).await;
+    wait_for_stats(&vhost, "work", "reports messages_dlx", |q| q["messages_dlx"].is_number()).await;
+    assert_eq!(queue_info(&vhost, "work").await.unwrap()["messages_dlx"], 0, "work let go of it");
+    let parked = support::drain(&c, "park").await;
+    let ids: Vec<String> = parked.iter().map(|m| support::message_id(&m.properties)).collect();
+    assert_eq!(ids, ["filler"], "the full target refused it: the dead letter of `work` is lost");
+
+    // A dead-letter exchange set by a policy (RabbitMQ's advice for every quorum queue) is at
+    // most once all the same.
+    let definition = json!({"dead-letter-exchange": "", "dead-letter-routing-key": "park"});
+    support::declare_policy(broker, &vhost.name, false, "dead-letters", "^blanket$", definition).await;
+    queue(&ch, "blanket", args(&[("x-queue-type", Str("quorum")), ("x-delivery-limit", Int(5))])).await;
+    let (code, found) = judged(&vhost);
+    assert_eq!(
+        (code, found),
+        (
+            Some(1),
+            vec![
+                judged_as("at-most-once-dead-lettering", "error", &["blanket"]),
+                judged_as("at-most-once-dead-lettering", "error", &["work"]),
+            ]
+        )
+    );
+    let message = finding_on(&vhost, "at-most-once-dead-lettering", "blanket");
+    assert!(message.contains("policy `dead-letters`"), "{message}");
+}
+
+/// The message of the finding of `rule` on `queue`.
+#[track_caller]
+fn finding_on(vhost: &Vhost, rule: &str, queue: &str) -> String {
+    let (_, reports) = vhost.json(&["inspect", "--vhost", &vhost.name]);
+    let f = support::one(&reports["vhosts"][0]["hazards"], &json!({"rule": rule, "queues": [queue]}));
+    f["message"].as_str().unwrap().to_string()
+}
+
+/// Off any retry path, a queue whose TTL or length limit drops messages may mean to (a cache, a
+/// bounded buffer), and so may one with a delivery limit of its own and no dead-letter exchange:
+/// warnings. RabbitMQ 4's default delivery limit is no one's choice: an error.
+async fn drops_off_a_retry_path_are_warnings(broker: Broker) {
+    let (vhost, c, ch) = trap(broker, "hazard-drops-warned").await;
+    queue(&ch, "cache", args(&[("x-message-ttl", Int(100))])).await;
+    queue(&ch, "bounded", args(&[("x-max-length", Int(1))])).await;
+    queue(&ch, "limited", args(&[("x-queue-type", Str("quorum")), ("x-delivery-limit", Int(3))])).await;
+    queue(&ch, "defaulted", args(&[("x-queue-type", Str("quorum"))])).await;
+    support::publish(&c, "", "cache", &["m".to_string()]).await;
+    support::wait_for_count(&c, "cache", 0, Duration::from_secs(5)).await;
+    support::publish(&c, "", "bounded", &["older".to_string(), "newer".to_string()]).await;
+    let left = support::drain(&c, "bounded").await;
+    assert_eq!(left.iter().map(|m| support::message_id(&m.properties)).collect::<Vec<_>>(), ["newer"], "drop-head");
+    // A quorum queue does not know reject-publish-dlx: it drops the head all the same.
+    let overflow = [
+        ("x-queue-type", Str("quorum")),
+        ("x-delivery-limit", Int(3)),
+        ("x-max-length", Int(1)),
+        ("x-overflow", Str("reject-publish-dlx")),
+    ];
+    queue(&ch, "overflowing", args(&overflow)).await;
+    support::publish(&c, "", "overflowing", &["older".to_string(), "newer".to_string()]).await;
+    let left = support::drain(&c, "overflowing").await;
+    assert_eq!(left.iter().map(|m| support::message_id(&m.properties)).collect::<Vec<_>>(), ["newer"], "drop-head");
+    let (code, found) = judged(&vhost);
+    let mut expected = vec![
+        judged_as("max-length-drops", "warning", &["bounded"]),
+        judged_as("max-length-drops", "warning", &["overflowing"]),
+        judged_as("delivery-limit-drops", "warning", &["overflowing"]),
+        judged_as("message-ttl-drops", "warning", &["cache"]),
+        judged_as("delivery-limit-drops", "warning", &["limited"]),
+    ];
+    if broker.major() >= 4 {
+        expected.push(judged_as("delivery-limit-drops", "error", &["defaulted"]));
+    } else {
+        // 3.x has no default limit: nothing drops, nothing bounds the redeliveries.
+        expected.push(judged_as("redeliveries-unbounded", "warning", &["defaulted"]));
+    }
+    expected.sort();
+    assert_eq!((code, found), (Some(1), expected));
+}
+
+/// On a retry path, where every message is one someone means to retry or park, the same drops
+/// are errors: a hand-built wait queue that forgot its dead-letter exchange loses what it
+/// holds when the TTL ends; a dead-letter target with a length limit pushes the oldest out; a
+/// quorum target with a delivery limit and nowhere to send drops what fails there.
+async fn drops_on_a_retry_path_are_errors(broker: Broker) {
+    let (vhost, c, ch) = trap(broker, "hazard-drops-errors").await;
+    let into =
+        |target: &'static str| args(&[("x-dead-letter-exchange", Str("")), ("x-dead-letter-routing-key", Str(target))]);
+    queue(&ch, "retry", args(&[("x-message-ttl", Int(200))])).await;
+    queue(&ch, "held", args(&[("x-max-length", Int(1))])).await;
+    queue(&ch, "again", args(&[("x-queue-type", Str("quorum")), ("x-delivery-limit", Int(3))])).await;
+    queue(&ch, "work", into("retry")).await;
+    queue(&ch, "orders", into("held")).await;
+    queue(&ch, "payments", into("again")).await;
+
+    support::publish(&c, "", "work", &["m".to_string()]).await;
+    reject_one(&ch, "work").await;
+    support::wait_for_count(&c, "retry", 1, Duration::from_secs(5)).await;
+    support::wait_for_count(&c, "retry", 0, Duration::from_secs(5)).await;
+    assert_eq!(total(&c, &["work", "retry"]).await, 0, "expired in `retry` with nowhere to go: lost");
+
+    support::publish(&c, "", "orders", &["first".to_string(), "second".to_string()]).await;
+    reject_one(&ch, "orders").await;
+    reject_one(&ch, "orders").await;
+    support::wait_for_count(&c, "orders", 0, Duration::from_secs(5)).await;
+    let held = support::drain(&c, "held").await;
+    assert_eq!(held.iter().map(|m| support::message_id(&m.properties)).collect::<Vec<_>>(), ["second"]);
+
+    let (code, found) = judged(&vhost);
+    let mut expected = vec![
+        judged_as("delivery-limit-drops", "error", &["again"]),
+        judged_as("max-length-drops", "error", &["held"]),
+        judged_as("message-ttl-drops", "error", &["retry"]),
+    ];
+    expected.sort();
+    assert_eq!((code, found), (Some(1), expected));
 }

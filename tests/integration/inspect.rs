@@ -80,7 +80,10 @@ async fn peek_with_a_negative_delivery_limit(broker: Broker) {
     support::publish(&c, "", "parked", &ids).await;
     let out = vhost.hopper(&["inspect", "--vhost", &vhost.name, "--queue", "parked", "--dead-letters"]);
     if broker.major() >= 4 {
-        assert_eq!(out.status.code(), Some(0), "{}", support::text(&out.stderr));
+        // Summarised, and judged as `inspect` judges it: nothing bounds its redeliveries.
+        let stdout = support::text(&out.stdout);
+        assert!(stdout.contains("5 peeked") && stdout.contains("[redeliveries-unbounded]"), "{stdout}");
+        assert_eq!(out.status.code(), Some(1), "{}", support::text(&out.stderr));
     } else {
         assert_eq!(out.status.code(), Some(2));
         let stderr = support::text(&out.stderr);
@@ -115,7 +118,41 @@ async fn dead_letters_without_a_message_id_are_counted(broker: Broker) {
     assert!(table.contains("2 of them without a message id"), "{table}");
 }
 
+/// `--dead-letters` prints the queue's hazards as `inspect` does, and exits as `inspect` does
+/// for them: 1 with a hazard, in the table and in JSON (it used to exit 0 while printing them).
+async fn dead_letters_exit_as_inspect_does(broker: Broker) {
+    let vhost = Vhost::new(broker, "inspect-dlq-hazard").await;
+    let c = vhost.connect().await;
+    let ch = c.create_channel().await.unwrap();
+    // A parking lot that expires what it parks.
+    support::queue(&ch, "orders.dlq", args(&[("x-message-ttl", Int(600_000))])).await;
+    let to_dlq = args(&[("x-dead-letter-exchange", Str("")), ("x-dead-letter-routing-key", Str("orders.dlq"))]);
+    support::queue(&ch, "orders", to_dlq).await;
+    support::publish(&c, "", "orders", &["m".to_string()]).await;
+    let m = ch.basic_get("orders".into(), BasicGetOptions::default()).await.unwrap().expect("a message");
+    m.delivery.reject(BasicRejectOptions { requeue: false }).await.unwrap();
+    support::wait_for_count(&c, "orders.dlq", 1, Duration::from_secs(10)).await;
+
+    let inspect = ["inspect", "--vhost", &vhost.name, "--queue", "orders.dlq"];
+    let dead_letters = [&inspect[..], &["--dead-letters"]].concat();
+    let (code, report) = vhost.json(&inspect);
+    let rules = |report: &serde_json::Value| -> Vec<String> {
+        let hazards = report["vhosts"][0]["hazards"].as_array().unwrap();
+        hazards.iter().map(|h| format!("{} {}", h["severity"].as_str().unwrap(), h["rule"].as_str().unwrap())).collect()
+    };
+    assert_eq!((code, rules(&report)), (Some(1), vec!["error dead-letter-queue-not-terminal".to_string()]));
+    let (code, report) = vhost.json(&dead_letters);
+    assert_eq!(report["vhosts"][0]["dead_letters"]["peeked"], 1, "{report:#}");
+    assert_eq!((code, rules(&report)), (Some(1), vec!["error dead-letter-queue-not-terminal".to_string()]));
+    let out = vhost.hopper(&dead_letters);
+    let table = support::text(&out.stdout);
+    assert!(table.contains("1 peeked") && table.contains("error [dead-letter-queue-not-terminal]"), "{table}");
+    assert_eq!(out.status.code(), Some(1), "{table}");
+    support::wait_for_count(&c, "orders.dlq", 1, Duration::from_secs(5)).await;
+}
+
 on_every_broker!(
+    dead_letters_exit_as_inspect_does,
     dead_letters_without_a_message_id_are_counted,
     peek_with_a_negative_delivery_limit,
     summary_consumes_nothing_classic = summary_consumes_nothing("classic"),
