@@ -38,6 +38,13 @@ say() { printf 'cluster: %s\n' "$*" >&2; }
 die() {
     say "ERROR: $*"
     [[ -s $LOG ]] && tail -n 25 "$LOG" | sed 's/^/  | /' >&2
+    # The node's own log says why it did not boot (waiting for peers, a port, the cookie).
+    local f
+    for f in "$DIR"/[123]/log/hopper-c?@localhost.log; do
+        [[ -s $f ]] || continue
+        say "last lines of $f:"
+        tail -n 8 "$f" | cut -c1-300 | sed 's/^/  | /' >&2
+    done
     exit 1
 }
 quiet() { "$@" </dev/null >>"$LOG" 2>&1 9>&- 8>&-; }
@@ -160,8 +167,43 @@ join() { # N: join node N to node 1, unless it is in the cluster already
     quiet ctl "$n" start_app || die "start_app on $(node "$n") failed"
 }
 
+# Node N's Erlang VMs, by the environment file they were started with: the pid file names only
+# the last one started, and the node name is not on the command line (rabbit sets it at boot).
+vm_pids() { # N
+    local pid
+    for pid in $(pgrep -x beam.smp 2>/dev/null); do
+        tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "RABBITMQ_CONF_ENV_FILE=$DIR/$1/rabbitmq-env.conf" &&
+            printf '%s\n' "$pid"
+    done
+    return 0
+}
+
+# Every VM of the three nodes killed and their data removed. The cluster holds only what tests
+# made, so a cluster that will not come up from what a killed run left (a node waiting for peers
+# that forgot it, a half-joined node) is built again from nothing.
+wipe() {
+    local n pid pids=()
+    for n in 1 2 3; do
+        for pid in $(vm_pids "$n"); do pids+=("$pid"); done
+    done
+    if ((${#pids[@]})); then
+        kill -9 "${pids[@]}" 2>/dev/null || true
+        for pid in "${pids[@]}"; do
+            while kill -0 "$pid" 2>/dev/null; do sleep 0.2; done
+        done
+    fi
+    rm -rf --one-file-system "$DIR"
+}
+
+# The cluster's name, as node 1 reports it; a cluster test that clears it to see a cluster as
+# RabbitMQ leaves it by default puts it back, and so does `up` if that test was killed first.
+named() {
+    [[ $(curl -s -u guest:guest --max-time 5 "http://127.0.0.1:$(http_port 1)/api/overview?columns=cluster_name" 2>/dev/null) == "{\"cluster_name\":\"$CLUSTER_NAME\"}" ]]
+}
+
 up() {
     if healthy; then
+        named || { say "naming the cluster $CLUSTER_NAME again"; quiet ctl 1 set_cluster_name "$CLUSTER_NAME"; }
         say "up: $(node 1), $(node 2), $(node 3) (AMQP 5681-5683, management 15681-15683)"
         return 0
     fi
@@ -177,6 +219,7 @@ up() {
         sleep 1
     done
     healthy || die "the cluster did not come up with three running nodes after ${WAIT_SECS}s"
+    named || { say "naming the cluster $CLUSTER_NAME again"; quiet ctl 1 set_cluster_name "$CLUSTER_NAME"; }
     say "up: $(node 1), $(node 2), $(node 3) (AMQP 5681-5683, management 15681-15683)"
 }
 
@@ -189,7 +232,8 @@ down() {
             quiet ctl "$n" stop || true
         fi
     done
-    rm -rf --one-file-system "$DIR"
+    # A VM that did not answer (killed half-way, or never booted) goes too.
+    wipe
     say "down"
 }
 
@@ -199,7 +243,13 @@ up)
     exec 9>"$(dirname "$DIR")/.cluster.lock"
     flock -w 600 9 || die "another cluster.sh holds the lock"
     : >"$LOG"
-    up
+    # die() ends the subshell only: a first attempt that fails is followed by one from nothing.
+    if ! (up); then
+        say "the cluster did not come up from the data it had; starting it again from empty data"
+        wipe
+        : >"$LOG"
+        up
+    fi
     ;;
 down)
     exec 9>"$(dirname "$DIR")/.cluster.lock"
