@@ -11,6 +11,7 @@ use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
 
 use super::Endpoint;
+use super::identity::Cluster;
 use crate::live::{Live, LiveExchange, LiveQueue};
 use crate::model::{ArgValue, Arguments, Binding, Destination, Exchange, ExchangeType, Object, Queue, arg};
 use crate::plan::{Difference, Plan, Property, Step};
@@ -26,7 +27,7 @@ pub struct Session {
     /// the cluster every node it may move to must belong to.
     node: Arc<str>,
     vhost: Arc<str>,
-    cluster: Arc<str>,
+    cluster: Arc<Cluster>,
     /// The user it signed in as: RabbitMQ refuses a publish whose `user_id` is another's.
     user: Arc<str>,
 }
@@ -77,24 +78,24 @@ pub enum Outcome {
 }
 
 impl Session {
-    /// Connects to the first node that answers and belongs to `cluster` (its greeting's cluster
+    /// Connects to the first node that answers and belongs to `cluster` (by its greeting's cluster
     /// name): a node of another cluster in the list is never written to, whatever else fails.
-    pub async fn connect(endpoint: &Endpoint, vhost: &str, cluster: &str) -> Result<Session> {
+    pub async fn connect(endpoint: &Endpoint, vhost: &str, cluster: &Cluster) -> Result<Session> {
         Session::connect_from(endpoint, vhost, cluster, 0).await
     }
 
     /// As `connect`, trying the nodes from the `first`-th on, round the list.
-    async fn connect_from(endpoint: &Endpoint, vhost: &str, cluster: &str, first: usize) -> Result<Session> {
+    async fn connect_from(endpoint: &Endpoint, vhost: &str, cluster: &Cluster, first: usize) -> Result<Session> {
         let mut failures = Vec::new();
         let count = endpoint.nodes.len();
         for node in (0..count).map(|k| &endpoint.nodes[(first + k) % count]) {
             let uri = endpoint.dialled(node, vhost);
             let address = node.address();
             let identity = match super::identity::of(endpoint, node).await {
-                Ok(identity) if identity.cluster_name == cluster => Arc::new(identity),
+                Ok(identity) if cluster.admits(&identity.cluster_name) => Arc::new(identity),
                 Ok(identity) => {
                     failures.push(format!(
-                        "{address}: cluster `{}`, not `{cluster}`: a node of another cluster, not used",
+                        "{address}: cluster `{}`, not {cluster}: a node of another cluster, not used",
                         identity.cluster_name
                     ));
                     continue;
@@ -117,7 +118,7 @@ impl Session {
                         identity,
                         node: address.into(),
                         vhost: vhost.into(),
-                        cluster: cluster.into(),
+                        cluster: Arc::new(cluster.clone()),
                         user: endpoint.username().into(),
                     });
                 }
@@ -165,7 +166,7 @@ impl Session {
         }
         let total: u64 = BACKOFF_MS.iter().sum();
         bail!(
-            "lost the connection to {} ({cause}), and no node of cluster `{}` took over within {} s: {:#}",
+            "lost the connection to {} ({cause}), and no node of {} took over within {} s: {:#}",
             self.node,
             self.cluster,
             total / 1000,

@@ -1,7 +1,13 @@
 //! Which cluster answers at an endpoint. hopper reads over the management API and writes over
 //! AMQP: before it trusts one with what it learned from the other, it checks that both are the
 //! same cluster, as each introduces itself (AMQP `connection.start` server properties, the
-//! management API's overview).
+//! management API's overview and, for a cluster never named, its list of nodes).
+//!
+//! A cluster whose `cluster_name` was never set (RabbitMQ's default) has no one name: each node
+//! calls it by its own node name with its host's full name, `rabbit@host1.example.com` (from
+//! `rabbit_nodes:cluster_name_default/0`; measured on 3.10.8, 4.0.5 and 4.3.6: a node
+//! `hopper-c1@localhost` on host `vm` says `hopper-c1@vm`). Every node lists the same nodes, so
+//! an AMQP node's greeting proves it one of them by naming one of the management API's nodes.
 
 use amq_protocol::frame::{AMQPFrame, parse_frame};
 use amq_protocol::protocol::{AMQPClass, connection};
@@ -12,12 +18,91 @@ use lapin::types::AMQPValue;
 
 use super::{AmqpUri, Endpoint};
 
-/// How a broker introduces itself.
+/// How an AMQP node introduces itself in its greeting.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
-    /// `cluster_name`, the same on every node of a cluster (by default the first node's name).
+    /// `cluster_name`: the same on every node of a named cluster; a node's own default otherwise.
     pub cluster_name: String,
     pub version: String,
+}
+
+/// The cluster behind the management API, as it introduces itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cluster {
+    /// The name its overview gives.
+    pub name: String,
+    pub version: String,
+    /// Set when `name` is a node's default: the cluster was never named.
+    pub unnamed: Option<Unnamed>,
+}
+
+/// What tells a cluster that was never named from every node alike.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unnamed {
+    /// The node whose management API answered, whose default name `Cluster::name` is.
+    pub node: String,
+    /// The cluster's nodes as `/api/nodes` lists them, sorted; `None` when the user may not list
+    /// them (that needs the `monitoring` tag).
+    pub members: Option<Vec<String>>,
+}
+
+impl Cluster {
+    /// The cluster a greeting names, when no management API is asked (`--amqp-only`): it admits
+    /// only nodes that give the same name.
+    pub fn greeted(identity: &Identity) -> Cluster {
+        Cluster { name: identity.cluster_name.clone(), version: identity.version.clone(), unnamed: None }
+    }
+
+    /// Whether `name`, as a node's management API overview gives it beside the node's own name,
+    /// is that node's default rather than a name the cluster was given.
+    pub fn is_default_name(name: &str, node: &str) -> bool {
+        matches!((name.split_once('@'), node.split_once('@')), (Some((a, _)), Some((b, _))) if a == b)
+    }
+
+    /// Whether an AMQP node whose greeting gives `cluster_name` is a node of this cluster: it
+    /// gives this cluster's name, or, for a cluster never named, the default name of one of its
+    /// nodes. A node `A@h` defaults to `A@` and its host's full name: `h` itself (long node
+    /// names), `h` and a domain, or, for a node on the host of the management API's node, the
+    /// full name that node's default shows.
+    pub fn admits(&self, cluster_name: &str) -> bool {
+        if cluster_name == self.name {
+            return true;
+        }
+        let Some(Unnamed { node, members: Some(members) }) = &self.unnamed else { return false };
+        let (Some((id, full)), Some((_, here)), Some((_, here_full))) =
+            (cluster_name.split_once('@'), node.split_once('@'), self.name.split_once('@'))
+        else {
+            return false;
+        };
+        members.iter().filter_map(|m| m.split_once('@')).any(|(member, host)| {
+            member == id
+                && (full == host
+                    || full.strip_prefix(host).is_some_and(|domain| domain.starts_with('.'))
+                    || (host == here && full == here_full))
+        })
+    }
+
+    /// What names this cluster alike from every node, for what a saved plan was made against:
+    /// its name, or for a cluster never named, its nodes.
+    pub fn key(&self) -> String {
+        match &self.unnamed {
+            Some(Unnamed { members: Some(members), .. }) => format!("nodes {}", members.join(",")),
+            _ => self.name.clone(),
+        }
+    }
+}
+
+impl std::fmt::Display for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cluster `{}`", self.name)?;
+        match &self.unnamed {
+            None => Ok(()),
+            Some(Unnamed { members: Some(members), .. }) => {
+                write!(f, " (never named; its nodes {})", members.join(", "))
+            }
+            Some(Unnamed { members: None, .. }) => write!(f, " (never named)"),
+        }
+    }
 }
 
 /// The cluster behind the first AMQP node that answers: the server properties of its
@@ -103,17 +188,101 @@ fn connect_error(e: std::io::Error) -> anyhow::Error {
 
 /// Refuses to go on when the AMQP endpoint and the management API are two different clusters:
 /// hopper would plan against one broker and write to another.
-pub fn same_cluster(endpoint: &Endpoint, amqp: &(String, Identity), http: &Identity) -> Result<()> {
+pub fn same_cluster(endpoint: &Endpoint, amqp: &(String, Identity), http: &Cluster) -> Result<()> {
     let (address, a) = amqp;
-    if a.cluster_name == http.cluster_name {
+    if http.admits(&a.cluster_name) {
         return Ok(());
     }
+    let why = match &http.unnamed {
+        None => String::new(),
+        Some(Unnamed { members: Some(members), .. }) => format!(
+            " The management API's cluster was never named, so each node calls it by a name of its own, and `{}` is not the default name of any of its nodes ({})",
+            a.cluster_name,
+            members.join(", ")
+        ),
+        Some(Unnamed { members: None, .. }) => format!(
+            " The management API's cluster was never named, so each node calls it by a name of its own, and user `{}` may not list its nodes to prove that one of them answers over AMQP (that needs the `monitoring` tag). Name the cluster (rabbitmqctl set_cluster_name NAME), give the user the `monitoring` tag, or point both URLs at one node",
+            endpoint.username()
+        ),
+    };
     bail!(
-        "the AMQP endpoint {address} is cluster `{}` (RabbitMQ {}), but the management API at {} is cluster `{}` (RabbitMQ {}): they are two different brokers, and hopper will not read one and write the other. Point --management-url (HOPPER_MANAGEMENT_URL) at the management API of the broker --amqp-url (HOPPER_AMQP_URL) names",
+        "the AMQP endpoint {address} is cluster `{}` (RabbitMQ {}), but the management API at {} is {http} (RabbitMQ {}): they are two different brokers, and hopper will not read one and write the other.{why}{} Point --management-url (HOPPER_MANAGEMENT_URL) at the management API of the broker --amqp-url (HOPPER_AMQP_URL) names",
         a.cluster_name,
         a.version,
         endpoint.management_url,
-        http.cluster_name,
-        http.version
+        http.version,
+        if why.is_empty() { "" } else { "." }
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unnamed(name: &str, node: &str, members: &[&str]) -> Cluster {
+        Cluster {
+            name: name.into(),
+            version: "3.10.8".into(),
+            unnamed: Some(Unnamed {
+                node: node.into(),
+                members: Some(members.iter().map(|m| m.to_string()).collect()),
+            }),
+        }
+    }
+
+    #[test]
+    fn a_named_cluster_admits_its_name_only() {
+        let named = Cluster { name: "orders".into(), version: "4.3.6".into(), unnamed: None };
+        assert!(named.admits("orders"));
+        assert!(!named.admits("rabbit@vm"));
+        assert_eq!(named.key(), "orders");
+    }
+
+    #[test]
+    fn a_default_name_is_a_nodes_own() {
+        assert!(Cluster::is_default_name("hopper-c1@vm", "hopper-c1@localhost"));
+        assert!(Cluster::is_default_name("rabbit@h.example.com", "rabbit@h"));
+        assert!(!Cluster::is_default_name("hopper-cluster", "hopper-c1@localhost"));
+        assert!(!Cluster::is_default_name("other@vm", "rabbit@vm"));
+    }
+
+    #[test]
+    fn nodes_on_one_host_are_told_by_their_names() {
+        // As measured on the test cluster with its name cleared: three nodes on host `vm`.
+        let members = ["hopper-c1@localhost", "hopper-c2@localhost", "hopper-c3@localhost"];
+        let cluster = unnamed("hopper-c2@vm", "hopper-c2@localhost", &members);
+        assert!(cluster.admits("hopper-c1@vm"));
+        assert!(cluster.admits("hopper-c3@vm"));
+        assert!(cluster.admits("hopper-c2@vm"));
+        // A node of that name on another host is not one of them, nor a name of no member.
+        assert!(!cluster.admits("hopper-c1@elsewhere"));
+        assert!(!cluster.admits("rabbit@vm"));
+        assert_eq!(cluster.key(), "nodes hopper-c1@localhost,hopper-c2@localhost,hopper-c3@localhost");
+    }
+
+    #[test]
+    fn nodes_on_hosts_of_their_own_are_told_by_their_hosts() {
+        let members = ["rabbit@mq1", "rabbit@mq2", "rabbit@mq3"];
+        let cluster = unnamed("rabbit@mq1.example.com", "rabbit@mq1", &members);
+        assert!(cluster.admits("rabbit@mq2.example.com"));
+        assert!(cluster.admits("rabbit@mq3"));
+        // Another broker with RabbitMQ's default node name is another broker.
+        assert!(!cluster.admits("rabbit@laptop"));
+        assert!(!cluster.admits("rabbit@mq10.example.com"));
+        assert!(!cluster.admits("rabbit@mq1x"));
+    }
+
+    #[test]
+    fn two_single_nodes_of_default_names_are_two_brokers() {
+        let staging = unnamed("rabbit@staging", "rabbit@staging", &["rabbit@staging"]);
+        assert!(!staging.admits("rabbit@laptop"));
+        // Without the node list nothing but the name itself is admitted.
+        let unlisted = Cluster {
+            unnamed: Some(Unnamed { node: "rabbit@staging".into(), members: None }),
+            ..staging.clone()
+        };
+        assert!(unlisted.admits("rabbit@staging"));
+        assert!(!unlisted.admits("rabbit@staging2"));
+        assert_eq!(unlisted.key(), "rabbit@staging");
+    }
 }

@@ -209,16 +209,18 @@ async fn converge(
     let (amqp_identity, http_identity, mut readings) = (reading.amqp, reading.http, reading.vhosts);
     let amqp_identity = amqp_identity?;
     let cluster = match http_identity {
-        None => amqp_identity.1.cluster_name.clone(),
+        None => identity::Cluster::greeted(&amqp_identity.1),
         Some(http_identity) => {
             let http_identity = http_identity.map_err(needs_the_api)?;
             identity::same_cluster(endpoint, &amqp_identity, &http_identity)?;
-            http_identity.cluster_name
+            http_identity
         }
     };
+    // What a saved plan names the cluster by: the same through every node.
+    let cluster_key = cluster.key();
     crate::output::narrate(|| {
         format!(
-            "broker: cluster `{cluster}` (RabbitMQ {}), AMQP {}, management API {}, as user `{}`",
+            "broker: {cluster} (RabbitMQ {}), AMQP {}, management API {}, as user `{}`",
             amqp_identity.1.version,
             amqp_identity.0,
             crate::broker::redact(&endpoint.management_url),
@@ -232,9 +234,9 @@ async fn converge(
     super::check_release(&version, &all)?;
     let connect = |vhost: &str| {
         let vhost = vhost.to_string();
-        let cluster = cluster.clone();
+        let cluster = &cluster;
         async move {
-            let session = amqp::Session::connect(endpoint, &vhost, &cluster).await?;
+            let session = amqp::Session::connect(endpoint, &vhost, cluster).await?;
             // What is written is judged by the release of the node it is written to.
             let topologies = by_vhost.iter().find(|(v, _)| *v == vhost).map(|(_, t)| t.as_slice()).unwrap_or(&[]);
             super::check_release(&session.identity().version, topologies)?;
@@ -268,7 +270,7 @@ async fn converge(
             Options { admin: (read_from == ReadFrom::ManagementApi).then(|| endpoint.admin()), ..options.clone() };
         // The fingerprint leaves counts out, so it is hashed beside the planning, on a
         // core of its own: at 2,000 topologies each takes about 60 ms.
-        let seen = BrokerSeen { cluster_name: &cluster, version: &version };
+        let seen = BrokerSeen { cluster_name: &cluster_key, version: &version };
         let spec_hash = spec_hashes.as_mut().map(|h| h.next().expect("a spec hash for each vhost"));
         let (mut plan, fingerprint) = std::thread::scope(|scope| {
             let hashing = spec_hash.map(|h| scope.spawn(|| fingerprint::of(&seen, vhost, &live, h)));
@@ -370,7 +372,7 @@ async fn converge(
             failovers,
         });
     }
-    Ok(Report { dry_run: request.dry_run, applied: apply, cluster_name: cluster, stale, vhosts })
+    Ok(Report { dry_run: request.dry_run, applied: apply, cluster_name: cluster_key, stale, vhosts })
 }
 
 /// A management API that cannot be used stops apply; where the API is not there at all (a wrong

@@ -171,8 +171,8 @@ pub fn run(
         }
         crate::output::narrate(|| {
             format!(
-                "broker: cluster `{}` (RabbitMQ {}), management API {} as user `{}`; AMQP {}",
-                http_identity.cluster_name,
+                "broker: {} (RabbitMQ {}), management API {} as user `{}`; AMQP {}",
+                http_identity,
                 http_identity.version,
                 crate::broker::redact(&endpoint.management_url),
                 endpoint.username(),

@@ -102,7 +102,7 @@ pub fn run(endpoint: &Endpoint, request: &Request) -> Result<Vec<Report>> {
             let amqp_identity = identity::amqp(endpoint).await?;
             let http_identity = http::identity(endpoint).await?;
             identity::same_cluster(endpoint, &amqp_identity, &http_identity)?;
-            anyhow::Ok(http_identity.cluster_name)
+            anyhow::Ok(http_identity)
         })?),
         None => None,
     };
@@ -142,7 +142,7 @@ pub fn run(endpoint: &Endpoint, request: &Request) -> Result<Vec<Report>> {
                     bail!("{refusal}");
                 }
                 let peeked = runtime.block_on(async {
-                    let cluster = cluster.as_deref().expect("checked when a peek was asked for");
+                    let cluster = cluster.as_ref().expect("checked when a peek was asked for");
                     let mut session = Session::connect(endpoint, vhost, cluster).await?;
                     let peeked = session.peek(queue, limit).await;
                     session.close().await;

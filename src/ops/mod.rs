@@ -14,7 +14,7 @@ use std::time::Duration;
 use anyhow::Result;
 
 use crate::broker::amqp::Session;
-use crate::broker::identity::Identity;
+use crate::broker::identity::{Cluster, Identity};
 use crate::broker::progress::Progress;
 use crate::broker::{Endpoint, http};
 use crate::compile::CompiledTopology;
@@ -61,7 +61,7 @@ pub struct Reading {
     /// The first AMQP node's greeting, read before any credentials are sent.
     pub amqp: Result<(String, Identity)>,
     /// The management API's cluster; `None` with `--amqp-only`, which never asks it.
-    pub http: Option<Result<Identity>>,
+    pub http: Option<Result<Cluster>>,
     /// Each vhost, in the order asked; a failure ends the reading there.
     pub vhosts: Vec<Result<Live>>,
 }
@@ -168,10 +168,10 @@ pub(crate) async fn counting_session(
     endpoint: &Endpoint,
     vhost: &str,
     amqp: &Option<(String, Identity)>,
-    http: &Identity,
+    http: &Cluster,
 ) -> Option<Session> {
     amqp.as_ref()?;
-    Session::connect(endpoint, vhost, &http.cluster_name).await.ok()
+    Session::connect(endpoint, vhost, http).await.ok()
 }
 
 /// The queues left over by earlier specs: whether `--prune` may delete one depends on its counts.

@@ -126,7 +126,7 @@ pub fn run(endpoint: &Endpoint, request: &Request, emit: impl FnOnce(&Report) ->
         let amqp_identity = identity::amqp(endpoint).await?;
         let http_identity = http::identity(endpoint).await?;
         identity::same_cluster(endpoint, &amqp_identity, &http_identity)?;
-        let cluster = http_identity.cluster_name;
+        let cluster = http_identity;
 
         // Every check for every topology first: bad input leaves the broker untouched.
         let mut checked = Vec::new();
