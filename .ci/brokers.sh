@@ -93,11 +93,11 @@ APT_UPDATED=
 apt_install() {
     if [[ -z $APT_UPDATED ]]; then
         say "apt-get update"
-        DEBIAN_FRONTEND=noninteractive quiet apt-get update || die "apt-get update failed"
+        DEBIAN_FRONTEND=noninteractive quiet apt-get -o DPkg::Lock::Timeout=600 update || die "apt-get update failed"
         APT_UPDATED=1
     fi
     say "apt-get install $*"
-    DEBIAN_FRONTEND=noninteractive quiet apt-get install -y --no-install-recommends "$@" ||
+    DEBIAN_FRONTEND=noninteractive quiet apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "$@" ||
         die "apt-get install $* failed"
 }
 
