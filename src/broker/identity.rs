@@ -277,10 +277,8 @@ mod tests {
         let staging = unnamed("rabbit@staging", "rabbit@staging", &["rabbit@staging"]);
         assert!(!staging.admits("rabbit@laptop"));
         // Without the node list nothing but the name itself is admitted.
-        let unlisted = Cluster {
-            unnamed: Some(Unnamed { node: "rabbit@staging".into(), members: None }),
-            ..staging.clone()
-        };
+        let unlisted =
+            Cluster { unnamed: Some(Unnamed { node: "rabbit@staging".into(), members: None }), ..staging.clone() };
         assert!(unlisted.admits("rabbit@staging"));
         assert!(!unlisted.admits("rabbit@staging2"));
         assert_eq!(unlisted.key(), "rabbit@staging");

@@ -416,3 +416,88 @@ async fn wait_for_alarm(spec: &str) -> (Option<i32>, Value) {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
+
+/// The cluster with its name cleared: RabbitMQ's default, in which each node reports its own
+/// node name (host part fully qualified) as the cluster's. Named `hopper-cluster` again when
+/// dropped, failed or not.
+struct Unnamed;
+
+impl Unnamed {
+    fn clear() -> Unnamed {
+        cluster_sh(&["ctl", "1", "clear_global_parameter", "cluster_name"]);
+        Unnamed
+    }
+}
+
+impl Drop for Unnamed {
+    fn drop(&mut self) {
+        cluster_sh(&["ctl", "1", "set_cluster_name", "hopper-cluster"]);
+    }
+}
+
+/// `hopper --format json ARGS` with AMQP through one URL and the management API through another.
+fn hopper_split(amqp: &str, management: &str, args: &[&str]) -> Output {
+    let mut all = vec!["--format", "json"];
+    all.extend_from_slice(args);
+    hopper_env(&all, &[("HOPPER_AMQP_URL", amqp), ("HOPPER_MANAGEMENT_URL", management)])
+}
+
+/// AMQP through node 1 and the management API through node 2 are one broker, named or not:
+/// apply, diff, inspect, a saved plan and redrive all run. Unnamed, node 1 greets as
+/// `hopper-c1@vm` while node 2's overview says `hopper-c2@vm`; hopper proves them one cluster
+/// by node 1 being among node 2's nodes.
+#[tokio::test]
+async fn one_cluster_through_two_nodes_named_or_not() {
+    let _cluster = Cluster::take().await;
+    for named in [true, false] {
+        let _unnamed = (!named).then(Unnamed::clear);
+        let overview = Api::new(&endpoint(2)).overview().await.unwrap();
+        assert_eq!(overview.cluster_name == "hopper-cluster", named, "{}", overview.cluster_name);
+        let vhost = Vhost::new("cluster-identity").await;
+        let spec = vhost.spec("spec.toml", "[topology.orders]\nqueue_type = \"quorum\"\ndelays = [\"5s\"]\n");
+        let plan = vhost.dir.join("plan.json");
+        let plan = plan.to_str().unwrap();
+        let runs: [&[&str]; 6] = [
+            &["apply", "--dry-run", "--out", plan, &spec],
+            &["apply", "--plan", plan],
+            &["apply", &spec],
+            &["diff", &spec],
+            &["inspect", "--vhost", &vhost.name],
+            &["redrive", "--dry-run", &spec],
+        ];
+        for args in runs {
+            let out = hopper_split(&amqp(1), &management(2), args);
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "{args:?} on a cluster {}: {}{}",
+                if named { "named" } else { "never named" },
+                text(&out.stdout),
+                text(&out.stderr)
+            );
+        }
+    }
+}
+
+/// Two brokers stay two brokers when neither is named: the cluster's node 1 over AMQP with the
+/// system broker's management API, and the other way round, are refused before anything is
+/// read, and the refusal says why.
+#[tokio::test]
+async fn two_unnamed_brokers_are_refused() {
+    let _cluster = Cluster::take().await;
+    let _unnamed = Unnamed::clear();
+    let system = crate::support::Broker::RabbitMq3_10;
+    let cases = [(amqp(1), system.management().to_string()), (system.amqp().to_string(), management(2))];
+    let dir = std::env::temp_dir().join(unique("hopper-test-two-brokers"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let spec = dir.join("spec.toml");
+    std::fs::write(&spec, "[topology.orders]\ndelays = [\"5s\"]\n").unwrap();
+    for (amqp, management) in cases {
+        let out = hopper_split(&amqp, &management, &["apply", "--dry-run", spec.to_str().unwrap()]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{amqp} with {management}: {}{stderr}", text(&out.stdout));
+        assert!(stderr.contains("two different brokers"), "{stderr}");
+        assert!(stderr.contains("never named"), "{stderr}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
