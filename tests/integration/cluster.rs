@@ -501,3 +501,28 @@ async fn two_unnamed_brokers_are_refused() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A user who may not list the nodes (`management` tag only) cannot prove an unnamed cluster
+/// one broker through two nodes: refused, saying what would let it through.
+#[tokio::test]
+async fn an_unnamed_cluster_unproved_for_lack_of_the_monitoring_tag_is_refused() {
+    let _cluster = Cluster::take().await;
+    let _unnamed = Unnamed::clear();
+    let vhost = Vhost::new("cluster-no-monitoring").await;
+    let spec = vhost.spec("spec.toml", "[topology.orders]\ndelays = [\"5s\"]\n");
+    let api = Api::new(&endpoint(2));
+    let user = unique("hopper-test-management-only");
+    api.put(&format!("/users/{}", segment(&user)), &json!({"password": "pw", "tags": "management"})).await.unwrap();
+    let permissions = json!({"configure": ".*", "write": ".*", "read": ".*"});
+    api.put(&format!("/permissions/{}/{}", segment(&vhost.name), segment(&user)), &permissions).await.unwrap();
+    let amqp = format!("amqp://{}:pw@127.0.0.1:5681", urlencode(&user));
+    let out = hopper_env(
+        &["apply", "--dry-run", &spec],
+        &[("HOPPER_AMQP_URL", &amqp), ("HOPPER_MANAGEMENT_URL", &management(2))],
+    );
+    let _ = api.delete(&format!("/users/{}", segment(&user))).await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{}{stderr}", text(&out.stdout));
+    assert!(stderr.contains("two different brokers") && stderr.contains("`monitoring` tag"), "{stderr}");
+    assert!(!stderr.contains("pw@"), "{stderr}");
+}
