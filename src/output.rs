@@ -60,6 +60,17 @@ pub fn narrate(line: impl FnOnce() -> String) {
     }
 }
 
+/// Writes a file whole or not at all, by a temporary file beside it renamed over it: a run
+/// killed mid-write leaves the old file (or none), never half of the new one.
+pub fn write_whole(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let temporary = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    std::fs::write(&temporary, bytes)?;
+    std::fs::rename(&temporary, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&temporary);
+    })
+}
+
 /// Colour only on a terminal, and never with NO_COLOR.
 pub fn colour() -> bool {
     std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none()

@@ -18,6 +18,10 @@ pub struct Version {
 /// release line.
 pub const CURRENT: Version = Version { major: 4, minor: 3, patch: 0 };
 
+/// The oldest release line hopper judges: the oldest in the test matrix. What a release outside
+/// OLDEST..=CURRENT does is not measured here, so hopper does not claim to know it.
+pub const OLDEST: Version = Version { major: 3, minor: 10, patch: 0 };
+
 /// What makes a quorum queue count a delivery toward its delivery limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -38,6 +42,25 @@ impl Version {
 
     fn at_least(self, major: u32, minor: u32) -> bool {
         (self.major, self.minor) >= (major, minor)
+    }
+
+    /// Whether hopper's claims cover this release line (3.10 to 4.3, whatever the patch).
+    pub fn known(self) -> bool {
+        (OLDEST.major, OLDEST.minor) <= (self.major, self.minor)
+            && (self.major, self.minor) <= (CURRENT.major, CURRENT.minor)
+    }
+
+    /// A release line hopper judges, or why not, with the nearest line it does judge.
+    pub fn parse_known(s: &str) -> Result<Version, String> {
+        let version: Version = s.parse()?;
+        if version.known() {
+            return Ok(version);
+        }
+        let nearest = if version < OLDEST { OLDEST } else { CURRENT };
+        Err(format!(
+            "hopper knows RabbitMQ {}.{} to {}.{}, and {version} is outside them: what that release does with a retry topology is not measured; judge it as {}.{} (the nearest hopper knows) only if you know it behaves alike",
+            OLDEST.major, OLDEST.minor, CURRENT.major, CURRENT.minor, nearest.major, nearest.minor
+        ))
     }
 
     /// The delivery limit of a quorum queue that sets none: 20 since 4.0 (4.0.1 release notes);
@@ -122,6 +145,20 @@ mod tests {
         assert_eq!("4.3".parse(), Ok(Version::new(4, 3, 0)));
         assert_eq!("3.13.7+rc.1".parse(), Ok(Version::new(3, 13, 7)));
         assert!("four".parse::<Version>().is_err());
+    }
+
+    #[test]
+    fn only_known_release_lines_are_judged() {
+        for known in ["3.10", "3.10.8", "3.13.7", "4.0.5", "4.3", "4.3.99"] {
+            assert_eq!(Version::parse_known(known), known.parse(), "{known}");
+        }
+        for unknown in ["3.9", "3.9.29", "2.8", "4.4", "5.0", "10.0"] {
+            let Err(why) = Version::parse_known(unknown) else { panic!("{unknown} was judged") };
+            assert!(why.contains("3.10 to 4.3") && why.contains("outside"), "{unknown}: {why}");
+        }
+        assert!(Version::parse_known("3.9").unwrap_err().contains("judge it as 3.10"));
+        assert!(Version::parse_known("5.0").unwrap_err().contains("judge it as 4.3"));
+        assert!(Version::parse_known("four").unwrap_err().contains("not a RabbitMQ version"));
     }
 
     #[test]

@@ -81,6 +81,16 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
     if let Some(path) = &args.plan {
         return run_saved(&args, path, format);
     }
+    // Before the broker is asked anything: a plan written over its own spec loses the spec.
+    if let Some(input) = args.out.as_deref().and_then(|out| crate::spec::is_an_input(out, &args.specs)) {
+        let out = args.out.as_deref().unwrap_or(&input);
+        eprintln!(
+            "error: --out {} would replace {}, a spec file this run reads; write the plan elsewhere (`--out plan.json`); nothing was read or changed",
+            output::safe(&out.display().to_string()),
+            output::safe(&input.display().to_string())
+        );
+        return Ok(Exit::Error);
+    }
     // With the one vhost known (--vhost, the URL's), the broker is read while the spec loads; a
     // spec error still comes first.
     let endpoint = args.broker.endpoint();

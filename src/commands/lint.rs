@@ -18,7 +18,8 @@ pub struct Args {
     pub spec: SpecArgs,
     /// Judge the spec as this RabbitMQ release runs it (delivery limits, refused arguments,
     /// native delayed retry).
-    #[arg(long, value_name = "VERSION", default_value_t = crate::version::CURRENT)]
+    /// hopper knows 3.10 to 4.3; another release line is refused.
+    #[arg(long, value_name = "VERSION", default_value_t = crate::version::CURRENT, value_parser = crate::version::Version::parse_known)]
     pub broker_version: crate::version::Version,
 }
 

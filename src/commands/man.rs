@@ -31,7 +31,8 @@ pub fn run(args: Args) -> Result<Exit> {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         for (name, page) in pages(&hopper)? {
             let path = dir.join(format!("{name}.1"));
-            std::fs::write(&path, page).with_context(|| format!("cannot write {}", path.display()))?;
+            // Whole or not at all: `man` must never find half a page in /usr/local/share/man.
+            crate::output::write_whole(&path, &page).with_context(|| format!("cannot write {}", path.display()))?;
             crate::output::narrate(|| format!("wrote {}", path.display()));
         }
         return Ok(Exit::Ok);

@@ -189,7 +189,10 @@ impl SpecArgs {
     pub fn load_sources_for(&self, endpoint: Option<&Endpoint>) -> Result<Result<(Spec, SpecFiles), Exit>> {
         let vhosts = vhosts(self.vhost.as_deref(), endpoint)?;
         let sources = match spec::read(&self.specs) {
-            Ok(sources) => sources,
+            Ok((sources, skipped)) => {
+                skipped.iter().for_each(note_skipped);
+                sources
+            }
             Err(e) => return Ok(Err(load_failed(e))),
         };
         let files: Vec<(PathBuf, String)> = sources.iter().map(|(p, t)| (p.to_path_buf(), t.to_string())).collect();
@@ -226,6 +229,28 @@ pub fn validated(sources: spec::Sources, vhosts: spec::Vhosts<'_>) -> Result<Spe
         }
         Err(e) => Err(load_failed(LoadError::Invalid(e))),
     }
+}
+
+/// A note on stderr (not with `-q`): what the user named or a directory holds and was not read.
+fn note_skipped(skipped: &spec::Skipped) {
+    if output::verbosity() == output::Verbosity::Quiet {
+        return;
+    }
+    let line = match skipped {
+        spec::Skipped::SameFile { path, first } if path == first => {
+            format!("{} is named twice; read once", path.display())
+        }
+        spec::Skipped::SameFile { path, first } => {
+            format!("{} is the same file as {}; read once", path.display(), first.display())
+        }
+        spec::Skipped::Subdirectory(dir) => {
+            format!("{} not read: hopper does not read subdirectories; name it to read its *.toml files", dir.display())
+        }
+        spec::Skipped::OtherCase(file) => {
+            format!("{} not read: spec files end in `.toml`, in lower case; rename it to read it", file.display())
+        }
+    };
+    eprintln!("note: {}", output::safe(&line));
 }
 
 fn load_failed(e: LoadError) -> Exit {

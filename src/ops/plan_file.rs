@@ -103,13 +103,7 @@ impl PlanFile {
         use anyhow::Context;
         let mut text = serde_json::to_vec_pretty(self)?;
         text.push(b'\n');
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let temporary = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-        std::fs::write(&temporary, text).with_context(|| format!("cannot write the plan to {}", path.display()))?;
-        std::fs::rename(&temporary, path).with_context(|| {
-            let _ = std::fs::remove_file(&temporary);
-            format!("cannot write the plan to {}", path.display())
-        })
+        crate::output::write_whole(path, &text).with_context(|| format!("cannot write the plan to {}", path.display()))
     }
 
     /// Reads a plan file; the error says what is wrong with it, in one sentence.

@@ -1,7 +1,9 @@
 //! Spec files from the command line: files, directories of `*.toml`, and `-` for standard
-//! input. Everything named is read or refused with a reason; nothing is skipped in silence.
+//! input. Everything named is read or refused with a reason; what is not read is said
+//! (`Skipped`), except a directory's hidden files and files of other kinds (`README.md`).
 
 use std::io::Read;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use super::LoadError;
@@ -14,29 +16,78 @@ pub const MAX_SPEC_BYTES: u64 = 64 << 20;
 /// How a spec read from standard input is named in diagnostics.
 pub const STDIN_NAME: &str = "<stdin>";
 
+/// Something named or found that hopper did not read, and why; the command says it on stderr.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Skipped {
+    /// The same file (device and inode) named again, by this path or another: read once, so
+    /// that `hopper lint a.toml a.toml` or `dir/ dir/a.toml` is not "defined twice".
+    SameFile { path: PathBuf, first: PathBuf },
+    /// A directory inside a directory given: hopper does not recurse (as `kubectl apply -f`
+    /// without `-R`, and Terraform with a module's subdirectories), so a subdirectory can hold
+    /// what is not meant to be applied; name it to read it.
+    Subdirectory(PathBuf),
+    /// A name ending in `.toml` in another case (`orders.TOML`): `*.toml` is the rule, as it is
+    /// for every other tool on a case-sensitive file system.
+    OtherCase(PathBuf),
+}
+
 /// Reads every file the paths name, in order; a directory's `*.toml` files in name order; `-`,
-/// standard input (once).
-pub fn read(paths: &[PathBuf]) -> Result<Sources, LoadError> {
+/// standard input (once). Also what was not read, in the order it was met.
+pub fn read(paths: &[PathBuf]) -> Result<(Sources, Vec<Skipped>), LoadError> {
     let mut sources = Sources::default();
+    let mut skipped = Vec::new();
     let stdin = std::path::Path::new("-");
     if paths.iter().filter(|p| p.as_path() == stdin).count() > 1 {
         return Err(LoadError::Io("`-` (standard input) is named twice; it can be read only once".into()));
     }
+    // Only several paths can name one file twice; one directory's entries are distinct names,
+    // and a `stat` of each of 10,000 files is not free.
+    let mut seen: Option<std::collections::HashMap<(u64, u64), PathBuf>> = (paths.len() > 1).then(Default::default);
     for path in paths {
         if path.as_path() == stdin {
             let text = read_limited(std::io::stdin().lock(), STDIN_NAME)?;
             sources.add(PathBuf::from(STDIN_NAME), text);
             continue;
         }
-        for file in expand(std::slice::from_ref(path))? {
+        for file in expand(std::slice::from_ref(path), &mut skipped)? {
+            if let Some(seen) = &mut seen {
+                let meta = std::fs::metadata(&file).map_err(|e| io(&file, "cannot read", &e))?;
+                if let Some(first) = seen.get(&(meta.dev(), meta.ino())) {
+                    skipped.push(Skipped::SameFile { path: file, first: first.clone() });
+                    continue;
+                }
+                seen.insert((meta.dev(), meta.ino()), file.clone());
+            }
             let text = read_one(&file)?;
             sources.add(file, text);
         }
     }
-    Ok(sources)
+    Ok((sources, skipped))
 }
 
-fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, LoadError> {
+/// The input `out` is, if writing `out` would replace a file that `paths` names or that a
+/// directory among them holds (the same file by any path: a link, `./`, `..`).
+pub fn is_an_input(out: &Path, paths: &[PathBuf]) -> Option<PathBuf> {
+    let target = std::fs::metadata(out).ok().filter(|m| m.is_file())?;
+    let same = |m: &std::fs::Metadata| m.dev() == target.dev() && m.ino() == target.ino();
+    for path in paths.iter().filter(|p| p.as_os_str() != "-") {
+        let Ok(meta) = std::fs::metadata(path) else { continue };
+        if meta.is_file() && same(&meta) {
+            return Some(path.clone());
+        }
+        if meta.is_dir() {
+            let entries = std::fs::read_dir(path).ok()?;
+            for entry in entries.flatten() {
+                if entry.metadata().is_ok_and(|m| same(&m)) || std::fs::metadata(entry.path()).is_ok_and(|m| same(&m)) {
+                    return Some(entry.path());
+                }
+            }
+        }
+    }
+    None
+}
+
+fn expand(paths: &[PathBuf], skipped: &mut Vec<Skipped>) -> Result<Vec<PathBuf>, LoadError> {
     let mut files = Vec::new();
     for path in paths {
         let kind = kind_of(path)?;
@@ -48,13 +99,24 @@ fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, LoadError> {
                 let name = entry.file_name();
                 let name = name.to_string_lossy();
                 // Editors' lock and backup files (`.#orders.toml`) are not specs.
-                if name.starts_with('.') || !name.ends_with(".toml") {
+                if name.starts_with('.') {
                     continue;
                 }
                 let file = entry.path();
                 // The directory's own record says which entries are plain files, without a
                 // `stat` each (10,000 specs are 10,000 calls); links are followed.
                 let plain = entry.file_type().is_ok_and(|t| t.is_file());
+                if !name.ends_with(".toml") {
+                    let toml_in_another_case = name.len() > 5
+                        && name.is_char_boundary(name.len() - 5)
+                        && name[name.len() - 5..].eq_ignore_ascii_case(".toml");
+                    if toml_in_another_case {
+                        skipped.push(Skipped::OtherCase(file));
+                    } else if !plain && kind_of(&file).is_ok_and(|k| k == Kind::Directory) {
+                        skipped.push(Skipped::Subdirectory(file));
+                    }
+                    continue;
+                }
                 match if plain { Kind::File } else { kind_of(&file)? } {
                     Kind::File => found.push((entry.file_name(), file)),
                     other => return Err(not_a_file(&file, other)),
@@ -168,7 +230,9 @@ mod tests {
         for name in names {
             std::fs::write(dir.join(name), "").unwrap();
         }
-        let Ok(files) = expand(std::slice::from_ref(&dir)) else { panic!("{} could not be read", dir.display()) };
+        let Ok(files) = expand(std::slice::from_ref(&dir), &mut Vec::new()) else {
+            panic!("{} could not be read", dir.display())
+        };
         std::fs::remove_dir_all(&dir).unwrap();
 
         let mut by_path: Vec<PathBuf> = names.iter().map(|n| dir.join(n)).collect();

@@ -13,7 +13,7 @@ use serde::Serialize;
 
 pub use crate::diagnostic::{Diagnostic, FileId, Sources, SpecError};
 pub use duration::{format_duration, parse as parse_duration};
-pub use files::{MAX_SPEC_BYTES, STDIN_NAME};
+pub use files::{MAX_SPEC_BYTES, STDIN_NAME, Skipped, is_an_input};
 pub use validate::vhost_problem;
 
 use crate::compile::CompiledTopology;
@@ -201,12 +201,13 @@ impl<'a> From<Option<&'a str>> for Vhosts<'a> {
 
 /// Reads files and directories of `*.toml` (sorted by name) into one validated spec.
 pub fn load(paths: &[PathBuf], vhosts: Vhosts<'_>) -> Result<Spec, LoadError> {
-    let sources = read(paths)?;
+    let (sources, _) = read(paths)?;
     from_sources(sources, vhosts).map_err(LoadError::Invalid)
 }
 
-/// The files the paths name, read but not yet parsed (a plan file keeps them).
-pub fn read(paths: &[PathBuf]) -> Result<Sources, LoadError> {
+/// The files the paths name, read but not yet parsed (a plan file keeps them), and what was not
+/// read.
+pub fn read(paths: &[PathBuf]) -> Result<(Sources, Vec<Skipped>), LoadError> {
     files::read(paths)
 }
 

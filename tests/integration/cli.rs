@@ -286,6 +286,129 @@ fn a_spec_on_standard_input() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Files given, files written
+// ---------------------------------------------------------------------------------------------
+
+/// One file named twice, by the same path, through `..`, a link, or a directory and a path in it,
+/// is read once and said so; it is not "defined twice".
+#[test]
+fn the_same_file_named_twice_is_read_once() {
+    let scratch = Scratch::new("twice");
+    let file = scratch.file("orders.toml", SPEC);
+    let dir = scratch.0.to_str().unwrap().to_string();
+    let link = scratch.0.join("link.toml.lnk");
+    std::os::unix::fs::symlink(&file, &link).unwrap();
+    let dotted = format!("{dir}/../{}/orders.toml", scratch.0.file_name().unwrap().to_str().unwrap());
+    let link = link.to_str().unwrap();
+    for (args, says) in [
+        (vec![file.as_str(), file.as_str()], format!("{file} is named twice; read once")),
+        (vec![file.as_str(), dotted.as_str()], format!("{dotted} is the same file as {file}; read once")),
+        (vec![file.as_str(), link], format!("{link} is the same file as {file}; read once")),
+        (vec![dir.as_str(), file.as_str()], format!("{file} is named twice; read once")),
+    ] {
+        let mut all = vec!["compile", "--format", "json"];
+        all.extend(&args);
+        let out = hopper(None, &all);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", text(&out.stderr));
+        let compiled: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(compiled["topologies"].as_array().unwrap().len(), 1, "{args:?}");
+        assert!(text(&out.stderr).contains(&says), "{args:?}: {}", text(&out.stderr));
+    }
+    // -q: errors only.
+    assert!(hopper(None, &["-q", "lint", &file, &file]).stderr.is_empty());
+    // Two files that define the same topology are still two definitions.
+    let copy = scratch.file("copy.toml", SPEC);
+    let out = hopper(None, &["lint", &file, &copy]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("topology `orders` is defined twice"), "{}", text(&out.stderr));
+}
+
+/// hopper does not read a directory's subdirectories or `*.TOML` files, and says so; hidden
+/// files and files of other kinds are passed over without a word.
+#[test]
+fn a_directory_says_what_it_did_not_read() {
+    let scratch = Scratch::new("skipped");
+    scratch.file("orders.toml", SPEC);
+    scratch.file("Payments.TOML", "[topology.payments]\ndelays = [\"1s\"]\n");
+    scratch.file("README.md", "specs");
+    scratch.file(".#orders.toml", "not a spec");
+    std::fs::create_dir(scratch.0.join("old")).unwrap();
+    std::fs::write(scratch.0.join("old/legacy.toml"), "[topology.legacy]\ndelays = [\"1s\"]\n").unwrap();
+    let dir = scratch.0.to_str().unwrap();
+    let out = hopper(None, &["compile", "--format", "json", dir]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let compiled: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> =
+        compiled["topologies"].as_array().unwrap().iter().map(|t| t["topology"]["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["orders"]);
+    let said = text(&out.stderr);
+    let notes: Vec<&str> = said.lines().filter(|l| l.starts_with("note: ")).collect();
+    assert_eq!(notes.len(), 2, "{said}");
+    assert!(
+        said.contains(&format!("note: {dir}/Payments.TOML not read: spec files end in `.toml`, in lower case")),
+        "{said}"
+    );
+    assert!(said.contains(&format!("note: {dir}/old not read: hopper does not read subdirectories")), "{said}");
+    // Named, each is read.
+    let out = hopper(None, &["compile", "--format", "json", &format!("{dir}/old"), &format!("{dir}/Payments.TOML")]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(serde_json::from_slice::<Value>(&out.stdout).unwrap()["topologies"].as_array().unwrap().len(), 2);
+}
+
+/// `apply --dry-run --out` never writes the plan over a spec file it reads (given by name, by
+/// another path, or inside a directory given), and refuses before the broker is asked anything:
+/// here no broker listens, so reaching it would be a connection error.
+#[test]
+fn a_plan_is_never_written_over_its_spec() {
+    let scratch = Scratch::new("out");
+    let file = scratch.file("orders.toml", SPEC);
+    let dir = scratch.0.to_str().unwrap().to_string();
+    let dotted = format!("{dir}/../{}/orders.toml", scratch.0.file_name().unwrap().to_str().unwrap());
+    for (out_path, specs) in [
+        (file.as_str(), vec![file.as_str()]),
+        (dotted.as_str(), vec![file.as_str()]),
+        (file.as_str(), vec![dir.as_str()]),
+    ] {
+        let mut args = vec!["apply", "--amqp-url", "amqp://guest:guest@127.0.0.1:1", "--dry-run", "--out", out_path];
+        args.extend(&specs);
+        let out = hopper(None, &args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let said = text(&out.stderr);
+        assert!(said.contains(&format!("--out {out_path} would replace")), "{args:?}: {said}");
+        assert!(said.contains("nothing was read or changed") && !said.contains("refused"), "{args:?}: {said}");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), SPEC, "{args:?}: the spec was changed");
+    }
+    // Another file is written as before, once the broker answers; here it cannot.
+    let plan = scratch.0.join("plan.json");
+    let out = hopper(
+        None,
+        &["apply", "--amqp-url", "amqp://guest:guest@127.0.0.1:1", "--dry-run", "--out", plan.to_str().unwrap(), &file],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!text(&out.stderr).contains("would replace"), "{}", text(&out.stderr));
+}
+
+/// `lint --broker-version` judges only the release lines hopper knows (3.10 to 4.3); another is
+/// refused with the nearest one, not reported "Clean".
+#[test]
+fn a_broker_version_hopper_does_not_know_is_refused() {
+    let scratch = Scratch::new("version");
+    let spec = scratch.file("orders.toml", SPEC);
+    for known in ["3.10", "3.10.8", "4.0.5", "4.3"] {
+        let out = hopper(None, &["lint", "--broker-version", known, &spec]);
+        assert_eq!(out.status.code(), Some(0), "{known}: {}", text(&out.stderr));
+    }
+    for (unknown, nearest) in [("3.9", "3.10"), ("2.8.1", "3.10"), ("4.4", "4.3"), ("5.0", "4.3")] {
+        let out = hopper(None, &["lint", "--broker-version", unknown, &spec]);
+        assert_eq!(out.status.code(), Some(2), "{unknown}");
+        let said = text(&out.stderr);
+        assert!(said.contains("hopper knows RabbitMQ 3.10 to 4.3"), "{unknown}: {said}");
+        assert!(said.contains(&format!("judge it as {nearest}")), "{unknown}: {said}");
+        assert!(!text(&out.stdout).contains("Clean"), "{unknown}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // --format
 // ---------------------------------------------------------------------------------------------
 
