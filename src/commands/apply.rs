@@ -115,6 +115,7 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
         amqp_only: args.amqp_only,
         expect: None,
         fingerprint: format == Format::Json || args.out.is_some() || output::verbosity() == Verbosity::Verbose,
+        objects: args.out.is_some(),
     };
     let report = ops::apply::run(&endpoint, &by_vhost, &request, early)?;
     render(&report, &args, format)?;
@@ -143,6 +144,13 @@ fn run_saved(args: &Args, path: &std::path::Path, format: Format) -> Result<Exit
         }
     };
     output::narrate(|| format!("plan {}: made by hopper {}", path.display(), saved.hopper_version));
+    if !saved.spec_is_as_written() {
+        eprintln!(
+            "error: the spec in the plan file {} was edited after the plan was made (its text is not what hopper wrote); nothing was changed\n  make the plan again: hopper apply --dry-run --out FILE SPEC...",
+            output::safe(&path.display().to_string())
+        );
+        return Ok(Exit::Stale);
+    }
     let mut sources = crate::spec::Sources::default();
     for file in &saved.spec {
         sources.add(file.path.clone(), file.text.clone());
@@ -161,6 +169,7 @@ fn run_saved(args: &Args, path: &std::path::Path, format: Format) -> Result<Exit
         amqp_only: args.amqp_only,
         expect: Some(saved.expected()),
         fingerprint: true,
+        objects: true,
     };
     let report = ops::apply::run(&endpoint, &by_vhost, &request, None)?;
     if !report.stale.is_empty() {

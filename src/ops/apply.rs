@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::broker::{Endpoint, amqp, http, identity};
 use crate::compile::CompiledTopology;
 use crate::model::Object;
-use crate::plan::fingerprint::{self, BrokerSeen, Fingerprint};
+use crate::plan::fingerprint::{self, BrokerSeen, Fingerprint, Moved, SeenObject};
 use crate::plan::{self, Options, Override, Plan, Step};
 
 #[derive(Debug, Clone, Default)]
@@ -24,6 +24,9 @@ pub struct Request {
     /// `--out`), and always with `expect`. Hashing every object read and planned was a third of
     /// a no-op apply's CPU: 0.25 s with it at 2,000 topologies, 0.17 s without.
     pub fingerprint: bool,
+    /// Whether each vhost's objects are kept with their digests (`--out`), so that a plan
+    /// refused later can name what moved; always with `expect`.
+    pub objects: bool,
 }
 
 impl Request {
@@ -39,6 +42,8 @@ pub struct Expected {
     pub fingerprint: Fingerprint,
     /// The steps that change the broker, as JSON, in order.
     pub changes: Vec<serde_json::Value>,
+    /// The vhost's objects as read then; `None` in a plan made by a hopper that did not keep them.
+    pub objects: Option<Vec<SeenObject>>,
 }
 
 /// Where a vhost's state was read from.
@@ -75,6 +80,9 @@ pub struct VhostReport {
     /// (`Request::fingerprint`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fingerprint: Option<Fingerprint>,
+    /// The vhost's objects as read, for a plan file (`Request::objects`); not printed.
+    #[serde(skip)]
+    pub objects: Option<Vec<SeenObject>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
     pub steps: Vec<Step>,
@@ -129,15 +137,15 @@ fn changes(steps: &[Step]) -> Vec<serde_json::Value> {
 }
 
 /// What differs between a saved plan and the plans just made; empty when it still holds.
-fn staleness(expected: &[Expected], plans: &[(&Plan, &Fingerprint)]) -> Vec<String> {
+fn staleness(expected: &[Expected], plans: &[(&Plan, &Fingerprint, Option<&[SeenObject]>)]) -> Vec<String> {
     let mut stale = Vec::new();
-    let planned: Vec<&str> = plans.iter().map(|(p, _)| p.vhost.as_str()).collect();
+    let planned: Vec<&str> = plans.iter().map(|(p, _, _)| p.vhost.as_str()).collect();
     let saved: Vec<&str> = expected.iter().map(|e| e.vhost.as_str()).collect();
     if planned != saved {
         stale.push(format!("the plan covers vhost(s) {saved:?}, its spec now {planned:?}"));
         return stale;
     }
-    for (e, (plan, now)) in expected.iter().zip(plans) {
+    for (e, (plan, now, objects)) in expected.iter().zip(plans) {
         let v = crate::output::safe(&e.vhost);
         if now.broker != e.fingerprint.broker {
             stale.push(format!(
@@ -146,13 +154,51 @@ fn staleness(expected: &[Expected], plans: &[(&Plan, &Fingerprint)]) -> Vec<Stri
         }
         if now.spec != e.fingerprint.spec {
             stale.push(format!(
-                "vhost `{v}`: the plan's spec compiles to other objects than when the plan was made (another hopper version?)"
+                "vhost `{v}`: this hopper compiles the plan's spec to other objects than the hopper that made it"
             ));
         }
         if now.live != e.fingerprint.live {
-            stale.push(format!(
-                "vhost `{v}`: the broker's objects changed since the plan was made (an exchange, queue, binding, argument or policy was declared, deleted or changed)"
-            ));
+            let moved = match (&e.objects, objects) {
+                (Some(then), Some(now)) => fingerprint::moved(then, now),
+                _ => Vec::new(),
+            };
+            let nothing_to_do = now.broker == e.fingerprint.broker
+                && now.spec == e.fingerprint.spec
+                && !plan.steps.iter().any(Step::changes);
+            if nothing_to_do {
+                // Its own changes moved the objects: applied (by this plan or an equal one).
+                let the_spec: std::collections::BTreeSet<(crate::model::ObjectKind, String)> = plan
+                    .steps
+                    .iter()
+                    .filter_map(|s| match s {
+                        Step::InSync { object, .. } => Some((object.kind(), object.to_string())),
+                        _ => None,
+                    })
+                    .collect();
+                let besides: Vec<_> = moved
+                    .into_iter()
+                    .filter(|(how, o)| match how {
+                        Moved::Disappeared => !fingerprint::removed_by(&e.changes, o),
+                        Moved::Appeared | Moved::Changed => !the_spec.contains(&(o.kind(), o.shown().to_string())),
+                    })
+                    .collect();
+                let mut line = format!(
+                    "vhost `{v}`: the plan was already applied: the broker holds everything it makes, so there is nothing to do"
+                );
+                if !besides.is_empty() {
+                    line.push_str(&format!("; besides, since it was made: {}", named(&besides)));
+                }
+                stale.push(line);
+            } else if moved.is_empty() {
+                stale.push(format!(
+                    "vhost `{v}`: the broker's objects changed since the plan was made (an exchange, queue, binding, argument or policy was declared, deleted or changed)"
+                ));
+            } else {
+                stale.push(format!(
+                    "vhost `{v}`: the broker's objects changed since the plan was made: {}",
+                    named(&moved)
+                ));
+            }
         }
         if now.combined == e.fingerprint.combined && changes(&plan.steps) != e.changes {
             stale.push(format!(
@@ -161,6 +207,27 @@ fn staleness(expected: &[Expected], plans: &[(&Plan, &Fingerprint)]) -> Vec<Stri
         }
     }
     stale
+}
+
+/// The first few objects that moved, and how many in all: `queue `audit` appeared, ...`.
+fn named(moved: &[(Moved, &SeenObject)]) -> String {
+    const NAMED: usize = 5;
+    let mut parts: Vec<String> = moved
+        .iter()
+        .take(NAMED)
+        .map(|(how, o)| {
+            let how = match how {
+                Moved::Appeared => "appeared",
+                Moved::Disappeared => "was deleted",
+                Moved::Changed => "changed",
+            };
+            format!("{} `{}` {how}", o.kind(), crate::output::safe(o.shown()))
+        })
+        .collect();
+    if moved.len() > NAMED {
+        parts.push(format!("and {} more ({} objects in all)", moved.len() - NAMED, moved.len()));
+    }
+    parts.join(", ")
 }
 
 pub fn run(
@@ -272,11 +339,17 @@ async fn converge(
         // core of its own: at 2,000 topologies each takes about 60 ms.
         let seen = BrokerSeen { cluster_name: &cluster_key, version: &version };
         let spec_hash = spec_hashes.as_mut().map(|h| h.next().expect("a spec hash for each vhost"));
-        let (mut plan, fingerprint) = std::thread::scope(|scope| {
-            let hashing = spec_hash.map(|h| scope.spawn(|| fingerprint::of(&seen, vhost, &live, h)));
+        let keep_objects = request.objects || request.expect.is_some();
+        let (mut plan, (fingerprint, objects)) = std::thread::scope(|scope| {
+            let hashing = spec_hash.map(|h| {
+                scope.spawn(|| {
+                    (fingerprint::of(&seen, vhost, &live, h), keep_objects.then(|| fingerprint::objects(&live)))
+                })
+            });
             let plan = desired.plan(vhost, &live, &options);
-            (plan, hashing.map(|h| h.join().expect("the fingerprint's thread does not panic")))
+            (plan, hashing.map(|h| h.join().expect("the fingerprint's thread does not panic")).unzip())
         });
+        let objects = objects.flatten();
         // A refusal says how many messages the queue holds, and a migration is refused for
         // a queue with consumers: count both exactly. The management API's counts lag by
         // seconds (it would still show the consumer of a run killed a moment ago).
@@ -323,7 +396,7 @@ async fn converge(
             .iter()
             .any(|s| matches!(s, Step::Create { object: Object::Queue(q) } if crate::plan::is_quorum(&q.arguments)));
         let quorum_members = live.nodes.as_deref().filter(|_| creates_quorum).map(plan::placement::quorum_members);
-        work.push((session, plan, read_from, note, fingerprint, quorum_members));
+        work.push((session, plan, read_from, note, fingerprint, objects, quorum_members));
         crate::drop_aside(live);
     }
 
@@ -331,16 +404,18 @@ async fn converge(
         Some(expected) => {
             let plans: Vec<_> = work
                 .iter()
-                .map(|(_, p, _, _, f, _)| (p, f.as_ref().expect("fingerprints are made when a plan is expected")))
+                .map(|(_, p, _, _, f, o, _)| {
+                    (p, f.as_ref().expect("fingerprints are made when a plan is expected"), o.as_deref())
+                })
                 .collect();
             staleness(expected, &plans)
         }
         None => Vec::new(),
     };
-    let conflicts = work.iter().map(|(_, p, _, _, _, _)| p.conflicts().count()).sum::<usize>();
+    let conflicts = work.iter().map(|(_, p, _, _, _, _, _)| p.conflicts().count()).sum::<usize>();
     let apply = conflicts == 0 && !request.dry_run && stale.is_empty();
     let mut vhosts = Vec::new();
-    for (mut session, plan, read_from, note, fingerprint, quorum_members) in work {
+    for (mut session, plan, read_from, note, fingerprint, objects, quorum_members) in work {
         let mut failovers = Vec::new();
         let changes = plan.steps.iter().filter(|s| s.changes()).count();
         let (refused, migrated) = if apply && changes > 0 {
@@ -363,6 +438,7 @@ async fn converge(
             broker_version,
             read_from,
             fingerprint,
+            objects,
             note,
             steps,
             overrides,

@@ -35,6 +35,10 @@ pub struct PlanFile {
     pub vhost_override: Option<String>,
     /// Every spec file, as read.
     pub spec: Vec<SpecFile>,
+    /// SHA-256 of `spec` as written, so that a spec edited in the file is told from a spec that
+    /// compiles otherwise in another hopper. Absent from plans of hoppers that did not write it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_digest: Option<String>,
     pub vhosts: Vec<PlannedVhost>,
 }
 
@@ -52,6 +56,10 @@ pub struct PlannedVhost {
     pub fingerprint: Fingerprint,
     /// The steps that change the broker, in order, as `apply --format json` shows them.
     pub changes: Vec<Value>,
+    /// Every object of the vhost as read, with its digest, so that a refusal can name what
+    /// moved. Absent from plans of hoppers that did not keep them (their refusals name nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub objects: Option<Vec<crate::plan::fingerprint::SeenObject>>,
 }
 
 impl PlanFile {
@@ -71,6 +79,7 @@ impl PlanFile {
             prune,
             migrate,
             vhost_override,
+            spec_digest: Some(digest(&spec)),
             spec: spec.into_iter().map(|(path, text)| SpecFile { path, text }).collect(),
             vhosts: report
                 .vhosts
@@ -81,9 +90,16 @@ impl PlanFile {
                     read_from: v.read_from,
                     fingerprint: v.fingerprint.clone().expect("apply --out asks for the fingerprint"),
                     changes: v.changes(),
+                    objects: v.objects.clone(),
                 })
                 .collect(),
         }
+    }
+
+    /// Whether the spec files are as hopper wrote them (true for a plan without a digest).
+    pub fn spec_is_as_written(&self) -> bool {
+        let files: Vec<(PathBuf, String)> = self.spec.iter().map(|f| (f.path.clone(), f.text.clone())).collect();
+        self.spec_digest.as_ref().is_none_or(|d| *d == digest(&files))
     }
 
     /// What `apply --plan` must find again before it changes anything.
@@ -94,6 +110,7 @@ impl PlanFile {
                 vhost: v.vhost.clone(),
                 fingerprint: v.fingerprint.clone(),
                 changes: v.changes.clone(),
+                objects: v.objects.clone(),
             })
             .collect()
     }
@@ -138,4 +155,20 @@ impl PlanFile {
         }
         serde_json::from_value(value).map_err(|e| format!("{shown} is a malformed plan file: {e}; {made}"))
     }
+}
+
+/// SHA-256 over each file's path and text, each length-prefixed so that no two lists of files
+/// give the same bytes.
+fn digest(files: &[(PathBuf, String)]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    for (path, text) in files {
+        let path = path.to_string_lossy();
+        for part in [path.as_bytes(), text.as_bytes()] {
+            hasher.update((part.len() as u64).to_le_bytes());
+            hasher.update(part);
+        }
+    }
+    let hex: String = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
 }

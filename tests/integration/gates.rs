@@ -160,8 +160,9 @@ async fn a_saved_plan_is_refused_after_drift(broker: Broker) {
     assert_eq!(code(&out), Some(4), "{}", text(&out.stderr));
     let said = text(&out.stderr);
     assert!(
-        said.contains("no longer holds; nothing was changed") && said.contains("the broker's objects changed"),
-        "{said}"
+        said.contains("no longer holds; nothing was changed")
+            && said.contains("the broker's objects changed since the plan was made: queue `audit` appeared\n"),
+        "the refusal names what moved, and only that: {said}"
     );
     assert_eq!(state(&vhost).await, drifted, "nothing was changed");
     assert!(!drifted.contains("orders.wait-10s"));
@@ -170,12 +171,30 @@ async fn a_saved_plan_is_refused_after_drift(broker: Broker) {
     make_plan();
     channel.queue_unbind("orders.wait-1s".into(), "orders.retry".into(), "1".into(), Default::default()).await.unwrap();
     let drifted = state(&vhost).await;
-    assert_eq!(code(&vhost.hopper(&["apply", "--plan", plan.to_str().unwrap()])), Some(4));
+    let out = vhost.hopper(&["apply", "--plan", plan.to_str().unwrap()]);
+    assert_eq!(code(&out), Some(4));
+    let said = text(&out.stderr);
+    assert!(said.contains("binding `orders.retry -> orders.wait-1s (\"1\")` was deleted\n"), "{said}");
     assert_eq!(state(&vhost).await, drifted, "nothing was changed");
 
-    // A fresh plan goes through.
+    // A fresh plan goes through, once: applied again, it says so.
     make_plan();
     assert_eq!(code(&vhost.hopper(&["apply", "--plan", plan.to_str().unwrap()])), Some(0));
+    let applied = state(&vhost).await;
+    let again = vhost.hopper(&["apply", "--plan", plan.to_str().unwrap()]);
+    assert_eq!(code(&again), Some(4));
+    let said = text(&again.stderr);
+    assert!(said.contains("the plan was already applied: the broker holds everything it makes"), "{said}");
+    assert!(!said.contains("besides"), "only the plan's own changes moved: {said}");
+    assert_eq!(state(&vhost).await, applied);
+    // Applied, and then something else moved too: both are said.
+    support::queue(&channel, "audit-2", args(&[("x-queue-type", Str("classic"))])).await;
+    let said = text(&vhost.hopper(&["apply", "--plan", plan.to_str().unwrap()]).stderr);
+    assert!(
+        said.contains("the plan was already applied")
+            && said.contains("besides, since it was made: queue `audit-2` appeared"),
+        "{said}"
+    );
     assert_eq!(code(&vhost.hopper(&["diff", v2.to_str().unwrap()])), Some(1), "the old wait queue is left over");
     assert_eq!(code(&vhost.hopper(&["apply", "--dry-run", "--detailed-exitcode", v2.to_str().unwrap()])), Some(0));
 }
@@ -222,17 +241,39 @@ async fn a_bad_plan_file_is_refused(broker: Broker) {
         (edited(&|v| v["schema_version"] = Value::from(2)), 2, "is a plan of schema version 2, and this hopper"),
         (edited(&|v| v["schema_version"] = Value::from("1")), 2, "`schema_version` is missing or not a number"),
         (edited(&|v| v.as_object_mut().unwrap().remove("spec").map(drop).unwrap()), 2, "missing field `spec`"),
-        (edited(&|v| v["spec"][0]["text"] = Value::from("[topology.orders\n")), 2, "invalid TOML"),
+        (
+            edited(&|v| v["spec"][0]["text"] = Value::from("[topology.orders\n")),
+            4,
+            "was edited after the plan was made",
+        ),
+        (
+            edited(&|v| {
+                v["spec"][0]["text"] = Value::from("[topology.orders\n");
+                v.as_object_mut().unwrap().remove("spec_digest").unwrap();
+            }),
+            2,
+            "invalid TOML",
+        ),
         // Edited to do less than hopper plans: refused, it is not what hopper would do.
         (edited(&|v| drop(v["vhosts"][0]["changes"].as_array_mut().unwrap().pop())), 4, "would now make other changes"),
-        // Its spec edited: it compiles to other objects than the plan was made for.
+        // Its spec edited: said as that, before the broker is read.
         (
             edited(&|v| {
                 let text = v["spec"][0]["text"].as_str().unwrap().replace("\"5s\"", "\"6s\"");
                 v["spec"][0]["text"] = Value::from(text);
             }),
             4,
-            "compiles to other objects",
+            "was edited after the plan was made",
+        ),
+        // A plan without the spec's digest (an older hopper's) whose spec compiles otherwise now.
+        (
+            edited(&|v| {
+                let text = v["spec"][0]["text"].as_str().unwrap().replace("\"5s\"", "\"6s\"");
+                v["spec"][0]["text"] = Value::from(text);
+                v.as_object_mut().unwrap().remove("spec_digest").unwrap();
+            }),
+            4,
+            "compiles the plan's spec to other objects than the hopper that made it",
         ),
     ] {
         std::fs::write(&bad, &content).unwrap();
