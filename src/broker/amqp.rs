@@ -77,6 +77,28 @@ pub enum Outcome {
     Refused(String),
 }
 
+/// What a step of a plan being carried out came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Executed {
+    Done,
+    /// The broker refused, for the reason given; nothing was changed by this step.
+    Refused(String),
+    /// The broker refused for want of a permission (403): the run stops there, whatever the
+    /// step, and the report says what was done before it. (A probe's 403 is an error instead.)
+    Forbidden(String),
+}
+
+impl Executed {
+    /// Whether this outcome of `step` ends the run after its phase.
+    fn stops(&self, step: &Step) -> bool {
+        match self {
+            Executed::Done => false,
+            Executed::Refused(_) => step.refusal_stops_the_run(),
+            Executed::Forbidden(_) => true,
+        }
+    }
+}
+
 impl Session {
     /// Connects to the first node that answers and belongs to `cluster` (by its greeting's cluster
     /// name): a node of another cluster in the list is never written to, whatever else fails.
@@ -397,20 +419,26 @@ impl Session {
         plan: &Plan,
         phases: Vec<Vec<usize>>,
         failovers: &mut Vec<Failover>,
-    ) -> Result<Vec<(usize, Outcome)>> {
-        let mut outcomes: Vec<(usize, Outcome)> = Vec::new();
+    ) -> Result<Vec<(usize, Executed)>> {
+        let mut outcomes: Vec<(usize, Executed)> = Vec::new();
         let total = phases.iter().map(Vec::len).sum::<usize>();
         for indices in phases.into_iter().filter(|p| !p.is_empty()) {
             let mut pending = indices;
             let refused = loop {
-                let (done, failure) = self.phase(plan, &pending, outcomes.len(), total).await;
-                let refused = done
-                    .iter()
-                    .any(|(i, o)| matches!(o, Outcome::Refused(_)) && plan.steps[*i].refusal_stops_the_run());
+                let (done, failure) = self.phase(plan, &pending).await;
+                let refused = done.iter().any(|(i, o)| o.stops(&plan.steps[*i]));
                 let finished: std::collections::BTreeSet<usize> = done.iter().map(|(i, _)| *i).collect();
                 outcomes.extend(done);
                 let Some(e) = failure else { break refused };
-                let Some(cause) = e.downcast_ref::<ConnectionLost>().map(|c| c.0.clone()) else { return Err(e) };
+                let Some(cause) = e.downcast_ref::<ConnectionLost>().map(|c| c.0.clone()) else {
+                    // Counted once every lane of the phase has stopped: what the others finished
+                    // was applied too.
+                    let done = outcomes.iter().filter(|(_, o)| *o == Executed::Done).count();
+                    return Err(e.context(format!(
+                        "in vhost `{}`, {done} of {total} changes were applied, then it stopped; apply is idempotent: run it again",
+                        plan.vhost
+                    )));
+                };
                 if refused || failovers.len() >= MAX_FAILOVERS {
                     return Err(e);
                 }
@@ -435,13 +463,7 @@ impl Session {
 
     /// One phase's steps over several channels: what each step came to, and the first error
     /// that stopped a lane (the steps it had not finished are not in the list).
-    async fn phase(
-        &self,
-        plan: &Plan,
-        indices: &[usize],
-        done_before: usize,
-        total: usize,
-    ) -> (Vec<(usize, Outcome)>, Option<anyhow::Error>) {
+    async fn phase(&self, plan: &Plan, indices: &[usize]) -> (Vec<(usize, Executed)>, Option<anyhow::Error>) {
         let lanes = indices.len().min(LANES);
         let mut tasks = tokio::task::JoinSet::new();
         let mut failure = None;
@@ -455,25 +477,25 @@ impl Session {
             };
             let steps: Vec<(usize, Step)> =
                 indices.iter().skip(lane_number).step_by(lanes).map(|&i| (i, plan.steps[i].clone())).collect();
-            let vhost = plan.vhost.clone();
             tasks.spawn(async move {
                 let mut done = Vec::new();
                 for (i, step) in steps {
                     let outcome = match lane.run(&step).await {
-                        Ok(outcome) => outcome,
+                        Ok(Outcome::Done) => Executed::Done,
+                        Ok(Outcome::Refused(reason)) => Executed::Refused(reason),
+                        // The broker's answer to this step, reported beside the steps done
+                        // (exit 3), as every refusal.
+                        Err(e) if e.downcast_ref::<AccessRefused>().is_some() => Executed::Forbidden(e.to_string()),
                         Err(e) => {
                             let e = match e.downcast::<ConnectionLost>() {
                                 // Kept as it is: the caller fails over from it.
                                 Ok(lost) => anyhow::Error::new(lost),
-                                Err(e) => e.context(format!(
-                                    "in vhost `{vhost}`, at {} (at least {done_before} of {total} changes were applied before it); apply is idempotent: run it again",
-                                    describe(&step)
-                                )),
+                                Err(e) => e.context(format!("at {}", describe(&step))),
                             };
                             return (done, Some(e));
                         }
                     };
-                    let stop = matches!(outcome, Outcome::Refused(_)) && step.refusal_stops_the_run();
+                    let stop = outcome.stops(&step);
                     done.push((i, outcome));
                     if stop {
                         break;

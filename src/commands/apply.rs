@@ -210,8 +210,10 @@ fn render(report: &Report, args: &Args, format: Format) -> Result<()> {
             );
         } else if report.refused() > 0 {
             eprintln!(
-                "error: the broker refused {} step(s); steps before them were applied (run without -q for which)",
-                report.refused()
+                "error: the broker refused {} of {} change(s); {} were applied, the rest were not tried (run without -q for which)",
+                report.refused(),
+                report.changes(),
+                report.changes_applied()
             );
         }
     }
@@ -311,7 +313,12 @@ fn print_report(report: &Report, show_unchanged: bool) -> Result<()> {
     } else if report.dry_run {
         format!("Dry run: nothing was changed. Plan: {summary}.")
     } else if report.refused() > 0 {
-        format!("Stopped: the broker refused {} step(s); steps before them were applied. ({summary})", report.refused())
+        format!(
+            "Stopped: the broker refused {} of {} change(s); {} were applied, the rest were not tried. ({summary})",
+            report.refused(),
+            report.changes(),
+            report.changes_applied()
+        )
     } else if changes == 0 && count(Action::Extra) > 0 {
         format!(
             "No changes: everything the spec has is in place ({total} objects checked); {} left-over queue(s) kept, see above.",

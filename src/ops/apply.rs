@@ -90,6 +90,9 @@ pub struct VhostReport {
     pub overrides: Vec<Override>,
     /// Steps the broker refused while applying.
     pub refused: Vec<Refusal>,
+    /// How many of the plan's changes were carried out (all of them, unless the broker refused
+    /// one or a run stopped).
+    pub changes_applied: usize,
     /// What each migration did, in the order they ran.
     pub migrated: Vec<super::migrate::Migrated>,
     /// Where the quorum queues this plan creates get their members, when it creates any and the
@@ -106,6 +109,16 @@ pub struct VhostReport {
 pub struct Refusal {
     pub step: usize,
     pub reason: String,
+    /// For want of a permission (403): the run stopped there, whatever the step.
+    pub permission: bool,
+}
+
+impl Refusal {
+    /// A prune deletion refused because the queue is no longer empty kept the queue, which is
+    /// what the refusal is for; any other refusal stops the run.
+    pub fn stops_the_run(&self, step: &Step) -> bool {
+        self.permission || step.refusal_stops_the_run()
+    }
 }
 
 impl Report {
@@ -116,7 +129,12 @@ impl Report {
     /// Refusals that stopped the run. A prune deletion the broker refused (the queue is no
     /// longer empty) is not one: the queue was kept, which is what the refusal is for.
     pub fn refused(&self) -> usize {
-        self.vhosts.iter().map(|v| v.refused.iter().filter(|r| v.steps[r.step].refusal_stops_the_run()).count()).sum()
+        self.vhosts.iter().map(|v| v.refused.iter().filter(|r| r.stops_the_run(&v.steps[r.step])).count()).sum()
+    }
+
+    /// Changes carried out, in every vhost.
+    pub fn changes_applied(&self) -> usize {
+        self.vhosts.iter().map(|v| v.changes_applied).sum()
     }
 
     /// Steps that change the broker (planned, or carried out).
@@ -418,7 +436,7 @@ async fn converge(
     for (mut session, plan, read_from, note, fingerprint, objects, quorum_members) in work {
         let mut failovers = Vec::new();
         let changes = plan.steps.iter().filter(|s| s.changes()).count();
-        let (refused, migrated) = if apply && changes > 0 {
+        let (refused, migrated, changes_applied) = if apply && changes > 0 {
             crate::output::narrate(|| format!("vhost `{}`: carrying out {changes} change(s)", plan.vhost));
             let writing = match session {
                 Some(ref mut s) => s,
@@ -426,7 +444,7 @@ async fn converge(
             };
             execute(writing, endpoint, &plan, &mut failovers).await?
         } else {
-            (Vec::new(), Vec::new())
+            (Vec::new(), Vec::new(), 0)
         };
         let broker_version = session.as_ref().map_or(version.clone(), |s| s.identity().version.clone());
         if let Some(session) = session {
@@ -443,6 +461,7 @@ async fn converge(
             steps,
             overrides,
             refused,
+            changes_applied,
             migrated,
             quorum_members,
             failovers,
@@ -466,28 +485,35 @@ fn needs_the_api(e: anyhow::Error) -> anyhow::Error {
 
 /// Declarations first, then migrations (whose queues' new dead-letter exchanges and bindings
 /// then exist), then removals; a refusal stops the run before the next group.
+/// Carries out a plan: what the broker refused, what each migration did, and how many of the
+/// plan's changes were carried out.
 async fn execute(
     session: &mut amqp::Session,
     endpoint: &Endpoint,
     plan: &Plan,
     failovers: &mut Vec<amqp::Failover>,
-) -> Result<(Vec<Refusal>, Vec<super::migrate::Migrated>)> {
+) -> Result<(Vec<Refusal>, Vec<super::migrate::Migrated>, usize)> {
     let mut phases = plan::phases(plan);
     let after = phases.split_off(plan::MIGRATIONS + 1);
     let migrations = phases.pop().unwrap_or_default();
-    let refusals = |outcomes: Vec<(usize, amqp::Outcome)>| -> Vec<Refusal> {
+    let mut applied = 0;
+    let mut refusals = |outcomes: Vec<(usize, amqp::Executed)>| -> Vec<Refusal> {
         outcomes
             .into_iter()
             .filter_map(|(i, outcome)| match outcome {
-                amqp::Outcome::Refused(reason) => Some(Refusal { step: i, reason }),
-                amqp::Outcome::Done => None,
+                amqp::Executed::Refused(reason) => Some(Refusal { step: i, reason, permission: false }),
+                amqp::Executed::Forbidden(reason) => Some(Refusal { step: i, reason, permission: true }),
+                amqp::Executed::Done => {
+                    applied += usize::from(plan.steps[i].changes());
+                    None
+                }
             })
             .collect()
     };
     let mut refused = refusals(session.execute(endpoint, plan, phases, failovers).await?);
     let mut migrated = Vec::new();
-    if refused.iter().any(|r| plan.steps[r.step].refusal_stops_the_run()) {
-        return Ok((refused, migrated));
+    if refused.iter().any(|r| r.stops_the_run(&plan.steps[r.step])) {
+        return Ok((refused, migrated, applied));
     }
     for i in migrations {
         match &plan.steps[i] {
@@ -501,5 +527,6 @@ async fn execute(
         }
     }
     refused.extend(refusals(session.execute(endpoint, plan, after, failovers).await?));
-    Ok((refused, migrated))
+    let applied = applied + migrated.len();
+    Ok((refused, migrated, applied))
 }

@@ -1305,6 +1305,49 @@ async fn a_missing_permission_is_an_error_not_a_conflict(broker: Broker) {
     assert_eq!(support::count(&connection, "orders").await, Some(1), "the message is still there");
 }
 
+/// A permission the user lacks for some of the topology's queues, met while carrying out the
+/// plan: the broker refused a step, so exit 3 as the README's table says, with the steps done
+/// before it reported as done (the broker holds them), not "at least 0 of N".
+async fn a_permission_refused_mid_apply_says_what_was_applied(broker: Broker) {
+    let vhost = Vhost::new(broker, "safety-permission-mid").await;
+    let spec = vhost.spec("orders.toml", "[topology.orders]\ndelays = [\"1s\", \"5s\"]\nmax_attempts = 3\n");
+    // Every name but the wait queues' may be configured.
+    let (user, amqp) = user_with(&vhost, "monitoring", "^(?!orders\\.wait).*", ".*", ".*").await;
+    let out = hopper_with(Some(&amqp), Some(broker.management()), &["--format", "json", "apply", s(&spec)]);
+    let table = hopper_with(Some(&amqp), Some(broker.management()), &["apply", s(&spec)]);
+    support::delete_user(broker, &user).await;
+    assert_eq!(out.status.code(), Some(3), "{}", support::text(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let refused = report["vhosts"][0]["refused"].as_array().unwrap();
+    assert!(!refused.is_empty(), "{report:#}");
+    let steps = support::steps(&report);
+    for r in refused {
+        assert_eq!(r["permission"], true, "{r}");
+        assert!(r["reason"].as_str().unwrap().contains("want of a permission"), "{r}");
+        let step = &steps[r["step"].as_u64().unwrap() as usize];
+        assert!(step["object"]["name"].as_str().unwrap().starts_with("orders.wait-"), "{step}");
+    }
+    // What the broker holds is what the report says was done: the exchanges and the queues
+    // the user may configure; no binding to a wait queue (their phase never ran).
+    let connection = vhost.connect().await;
+    for queue in ["orders", "orders.dlq"] {
+        assert!(support::count(&connection, queue).await.is_some(), "{queue} was declared");
+    }
+    for queue in ["orders.wait-1s", "orders.wait-5s"] {
+        assert_eq!(support::count(&connection, queue).await, None, "{queue} was refused");
+    }
+    // The count of changes applied is what the broker now holds, as a dry run finds it.
+    let (_, dry) = vhost.json(&["apply", "--dry-run", s(&spec)]);
+    let in_sync = support::steps(&dry).as_array().unwrap().iter().filter(|s| s["action"] == "in_sync").count();
+    assert!(in_sync > 0);
+    assert_eq!(report["vhosts"][0]["changes_applied"], in_sync, "{report:#}");
+    assert_eq!(table.status.code(), Some(3));
+    let (said, stderr) = (support::text(&table.stdout), support::text(&table.stderr));
+    assert!(said.contains("refused by the broker: the broker refused for want of a permission"), "{said}{stderr}");
+    assert!(said.contains(&format!("Stopped: the broker refused {} of ", refused.len())), "{said}");
+    assert!(said.contains("were applied, the rest were not tried"), "{said}");
+}
+
 async fn a_read_only_user_diffs_a_left_over_queue(broker: Broker) {
     let vhost = Vhost::new(broker, "safety-read-only").await;
     let spec = vhost.spec("orders.toml", "[topology.orders]\ndelays = [\"1s\"]\nmax_attempts = 2\n");
@@ -1371,6 +1414,7 @@ on_every_broker!(
     an_internal_exchange_is_named_over_amqp,
     a_stream_in_the_way_is_never_offered_for_deletion,
     a_missing_permission_is_an_error_not_a_conflict,
+    a_permission_refused_mid_apply_says_what_was_applied,
     arguments_refused_by_release,
     a_read_only_user_diffs_a_left_over_queue,
     bindings_that_print_alike_are_two_bindings,
