@@ -22,8 +22,12 @@ pub struct Migrated {
     pub holding: QueueName,
     /// Stages carried out, in order.
     pub stages: Vec<Stage>,
-    /// Messages moved, counting each message once per move (there and back is two).
+    /// Messages moved into the queue (for a migration: back, under its new arguments; for a
+    /// left-over's: into `holding`), each counted once.
     pub moved: u64,
+    /// Messages a migration set aside in `holding` in this run; they come back in its last
+    /// stage, and are counted in `moved` then (a run that stopped between says so here).
+    pub set_aside: u64,
     /// Messages the source delivered a second time: an interrupted run may have copied them
     /// already, so each may be in the queue twice.
     pub possible_duplicates: u64,
@@ -50,7 +54,12 @@ pub async fn migrate(session: &mut Session, endpoint: &Endpoint, vhost: &str, de
                 declared(session.declare_queue(&holding).await?, &holding_name)?;
                 Moved::default()
             }
-            Stage::EmptyOld => empty_into(session, &live, &desired.name, &holding_name).await?,
+            Stage::EmptyOld => {
+                let aside = empty_into(session, &live, &desired.name, &holding_name).await?;
+                done.set_aside += aside.messages;
+                done.possible_duplicates += aside.possible_duplicates;
+                continue;
+            }
             Stage::Declare => {
                 declared(session.declare_queue(desired).await?, &desired.name)?;
                 Moved::default()
@@ -76,6 +85,7 @@ pub async fn move_out(session: &mut Session, from: &QueueName, to: &QueueName) -
         holding: to.clone(),
         stages: vec![Stage::MoveOut],
         moved: moved.messages,
+        set_aside: 0,
         possible_duplicates: moved.possible_duplicates,
     })
 }

@@ -227,6 +227,9 @@ async fn an_interrupted_migration_is_named_and_finished(broker: Broker) {
     let (code, report) = vhost.json(&["apply", "--migrate", &spec]);
     assert_eq!(code, Some(0), "{report:#}");
     support::one(support::steps(&report), &json!({"action": "migrate", "object": {"name": "orders"}, "resumes": true}));
+    // 50 messages, counted once: set aside, then moved back (not 100 "moved").
+    let migrated = support::one(&report["vhosts"][0]["migrated"], &json!({"queue": "orders"}));
+    assert_eq!((migrated["moved"].as_u64(), migrated["set_aside"].as_u64()), (Some(50), Some(50)), "{migrated:#}");
     assert_eq!(vhost.json(&["diff", &spec]).0, Some(0));
     let seen = census(&connection, &["orders"]).await;
     assert_eq!(seen.keys().cloned().collect::<std::collections::BTreeSet<_>>(), ids.iter().cloned().collect());
