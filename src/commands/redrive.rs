@@ -128,7 +128,7 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
     };
     let endpoint = endpoint?;
     let report = crate::ops::redrive::run(&endpoint, &request, |report| match format {
-        Format::Json => output::json(report),
+        Format::Json => output::document(report),
         Format::Table => Ok(output::print(&render(report))?),
     })?;
     Ok(if report.stopped() { Exit::Conflict } else { Exit::Ok })
@@ -154,7 +154,8 @@ fn render(report: &Report) -> String {
                 output::safe(&t.to)
             ),
         };
-        lines.push(format!("  looked at {}; {verb} {}{duplicates}; {} {stay}", t.scanned, t.moved, t.stayed));
+        let moved = t.would_move.unwrap_or(t.moved);
+        lines.push(format!("  looked at {}; {verb} {moved}{duplicates}; {} {stay}", t.scanned, t.stayed));
         if !t.groups.is_empty() {
             let mut table = output::table(&["first died in", "reason", "messages", "oldest", "newest"]);
             let time = |t: Option<u64>| {
@@ -182,7 +183,7 @@ fn render(report: &Report) -> String {
             ));
         }
     }
-    let moved: u64 = report.topologies.iter().map(|t| t.moved).sum();
+    let moved: u64 = report.topologies.iter().map(|t| t.would_move.unwrap_or(t.moved)).sum();
     lines.push(if report.dry_run {
         format!("Dry run: nothing was moved; {moved} dead letter(s) would move.")
     } else if report.stopped() {

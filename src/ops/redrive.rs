@@ -99,8 +99,11 @@ pub struct TopologyReport {
     /// Dead letters in the queue when the run started: the run looks at no more than these.
     pub started_with: u64,
     pub scanned: u64,
-    /// Moved (on a dry run: that would move).
+    /// Moved by this run: none on a dry run.
     pub moved: u64,
+    /// On a dry run, how many would move.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub would_move: Option<u64>,
     /// Dead letters that interrupted runs were copying when they stopped (their last batch, at
     /// most 200 each): each may be in the main queue twice.
     pub possible_duplicates: u64,
@@ -199,7 +202,8 @@ pub fn run(endpoint: &Endpoint, request: &Request, emit: impl FnOnce(&Report) ->
                 kind: if quorum { "quorum" } else { "classic" },
                 started_with: ready,
                 scanned: done.scanned,
-                moved: done.moved,
+                moved: if request.dry_run { 0 } else { done.moved },
+                would_move: request.dry_run.then_some(done.moved),
                 possible_duplicates: done.possible_duplicates.len() as u64,
                 possible_duplicate_ids: done.possible_duplicates.into_iter().flatten().collect(),
                 stayed: done.kept,

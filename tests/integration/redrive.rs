@@ -377,8 +377,10 @@ async fn redrive_moves(
     args.extend_from_slice(filter);
     let (code, report) = vhost.json(&args);
     assert_eq!(code, Some(0), "{report:#}");
+    assert_eq!(report["schema_version"], 1, "{report:#}");
     let t = topology_report(&report, "orders");
     assert_eq!(t["moved"], json!(moves.len()), "{filter:?}: {t:#}");
+    assert!(t.get("would_move").is_none(), "only a dry run says what would move: {t:#}");
     let moved: Vec<String> = support::drain(connection, "orders")
         .await
         .iter()
@@ -403,8 +405,9 @@ async fn filters_move_what_they_select(broker: Broker, queue_type: &str) {
     // A dry run moves nothing, and says what would move by first death.
     let (code, report) = vhost.json(&["redrive", &spec, "--dry-run", "--reason", "expired"]);
     assert_eq!(code, Some(0), "{report:#}");
+    assert_eq!(report["schema_version"], 1, "{report:#}");
     let t = topology_report(&report, "orders");
-    assert_eq!(t["moved"], json!(5));
+    assert_eq!((&t["moved"], &t["would_move"]), (&json!(0), &json!(5)), "a dry run moves none: {t:#}");
     assert_eq!(
         t["groups"],
         json!([{"first_death_queue": "orders", "first_death_reason": "expired", "messages": 5, "oldest": t["groups"][0]["oldest"], "newest": t["groups"][0]["newest"]}])
@@ -481,7 +484,7 @@ async fn many_that_stay_keep_their_order(broker: Broker, queue_type: &str) {
     // A dry run reads them all and gives them back.
     let (code, report) = vhost.json(&["redrive", &spec, "--reason", "rejected", "--dry-run"]);
     assert_eq!(code, Some(0), "{report:#}");
-    assert_eq!(topology_report(&report, "orders")["moved"], json!(150));
+    assert_eq!(topology_report(&report, "orders")["would_move"], json!(150));
     same(ids_of(&look(&connection, "orders.dlq", all.len()).await), &all, "after a dry run");
     let (code, report) = vhost.json(&["redrive", &spec, "--reason", "rejected"]);
     assert_eq!(code, Some(0), "{report:#}");
