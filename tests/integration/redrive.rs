@@ -609,25 +609,17 @@ async fn refused_before_anything_moves(broker: Broker) {
 // Memory
 // ---------------------------------------------------------------------------------------------
 
-/// Bodies of `size` bytes, one per id, each filled with a byte of its own.
-pub fn large_bodies(n: usize, size: usize) -> Vec<(String, Vec<u8>)> {
-    (0..n).map(|i| (format!("big-{i}"), vec![b'a' + (i % 26) as u8; size])).collect()
-}
-
-/// What hopper may reach beyond its bound: the program, its runtime, the allocator's slack.
-pub const BASELINE: u64 = 64 << 20;
-
 /// Issue 40, item 10: a redrive holds a bounded number of bytes, not a count of messages. 40
 /// dead letters of 4 MiB (160 MiB) moved under `--max-bytes-in-flight 16MiB`: every one arrives,
-/// whole, in order, and hopper's peak memory stays under the bound plus a baseline (measured:
-/// 27-30 MiB; the batches of 200 it replaces took 350 MiB and more here).
+/// whole, in order, and hopper's peak memory stays under the bound plus a baseline (measured,
+/// a debug build: 46 MiB on each release; the batches of 200 it replaced took 194 MiB here).
 async fn large_dead_letters_move_within_the_bound(broker: Broker) {
     let vhost = Vhost::new(broker, "redrive-large").await;
     let spec = vhost.spec("t.toml", &topology("orders", "classic"));
     let spec = spec.to_str().unwrap().to_string();
     assert_eq!(vhost.hopper(&["apply", &spec]).status.code(), Some(0));
     let connection = vhost.connect().await;
-    let messages = large_bodies(40, 4 << 20);
+    let messages = support::large_bodies(40, 4 << 20);
     for (id, body) in &messages {
         support::publish_body(&connection, "", "orders.dlq", body, support::rich_properties(id)).await;
     }
@@ -639,14 +631,8 @@ async fn large_dead_letters_move_within_the_bound(broker: Broker) {
     assert_eq!(topology_report(&report, "orders")["moved"], json!(40), "{report:#}");
     assert_eq!(support::count(&connection, "orders.dlq").await, Some(0));
     let moved = support::drain(&connection, "orders").await;
-    let got: Vec<(String, usize, u8)> = moved
-        .iter()
-        .map(|m| (support::message_id(&m.delivery.properties), m.delivery.data.len(), m.delivery.data[0]))
-        .collect();
-    let want: Vec<(String, usize, u8)> = messages.iter().map(|(id, b)| (id.clone(), b.len(), b[0])).collect();
-    assert_eq!(got, want, "every dead letter, whole, in order");
-    assert!(moved.iter().all(|m| m.delivery.data.iter().all(|b| *b == m.delivery.data[0])));
-    assert!(peak < bound + BASELINE, "peak {} MiB over the bound of 16 MiB plus {} MiB", peak >> 20, BASELINE >> 20);
+    support::assert_large_bodies(&moved, &messages);
+    support::assert_peak_within(peak, bound);
 }
 
 on_every_broker!(

@@ -298,6 +298,37 @@ pub fn hopper_peak(broker: Broker, args: &[&str]) -> (Output, u64) {
     (out, peak)
 }
 
+/// Bodies of `size` bytes, one per id, each filled with a byte of its own.
+pub fn large_bodies(n: usize, size: usize) -> Vec<(String, Vec<u8>)> {
+    (0..n).map(|i| (format!("big-{i}"), vec![b'a' + (i % 26) as u8; size])).collect()
+}
+
+/// `got` holds `messages`, whole and in order.
+#[track_caller]
+pub fn assert_large_bodies(got: &[lapin::message::BasicGetMessage], messages: &[(String, Vec<u8>)]) {
+    let seen: Vec<(String, usize, u8)> =
+        got.iter().map(|m| (message_id(&m.delivery.properties), m.delivery.data.len(), m.delivery.data[0])).collect();
+    let want: Vec<(String, usize, u8)> = messages.iter().map(|(id, b)| (id.clone(), b.len(), b[0])).collect();
+    assert_eq!(seen, want, "every message, whole, in order");
+    assert!(got.iter().all(|m| m.delivery.data.iter().all(|b| *b == m.delivery.data[0])), "a body changed");
+}
+
+/// What hopper may take beyond its bound on message bodies: the program and its runtime (a
+/// debug build: about 11 MiB), its buffers and the allocator's slack.
+pub const BASELINE: u64 = 64 << 20;
+
+/// A measured peak within `bound` plus `BASELINE`.
+#[track_caller]
+pub fn assert_peak_within(peak: u64, bound: u64) {
+    assert!(
+        peak < bound + BASELINE,
+        "peak {} MiB over the bound of {} MiB plus {} MiB",
+        peak >> 20,
+        bound >> 20,
+        BASELINE >> 20
+    );
+}
+
 /// Every variable hopper reads to connect: a test sets the ones it means, never inherits one.
 pub const CONNECTION_VARIABLES: [&str; 11] = [
     "HOPPER_AMQP_URL",
