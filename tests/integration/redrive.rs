@@ -613,6 +613,7 @@ async fn refused_before_anything_moves(broker: Broker) {
 /// dead letters of 4 MiB (160 MiB) moved under `--max-bytes-in-flight 16MiB`: every one arrives,
 /// whole, in order, and hopper's peak memory stays under the bound plus a baseline (measured,
 /// a debug build: 46 MiB on each release; the batches of 200 it replaced took 194 MiB here).
+/// Then dead letters of 4 MiB under a bound of 1 MiB: each moves alone.
 async fn large_dead_letters_move_within_the_bound(broker: Broker) {
     let vhost = Vhost::new(broker, "redrive-large").await;
     let spec = vhost.spec("t.toml", &topology("orders", "classic"));
@@ -633,6 +634,19 @@ async fn large_dead_letters_move_within_the_bound(broker: Broker) {
     let moved = support::drain(&connection, "orders").await;
     support::assert_large_bodies(&moved, &messages);
     support::assert_peak_within(peak, bound);
+
+    // Dead letters larger than the bound move too, one at a time: each is held with its copy.
+    let larger = support::large_bodies(6, 4 << 20);
+    for (id, body) in &larger {
+        support::publish_body(&connection, "", "orders.dlq", body, support::rich_properties(id)).await;
+    }
+    let (out, peak) =
+        support::hopper_peak(broker, &["--format", "json", "redrive", &spec, "--max-bytes-in-flight", "1MiB"]);
+    assert_eq!(out.status.code(), Some(0));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(topology_report(&report, "orders")["moved"], json!(6), "{report:#}");
+    support::assert_large_bodies(&support::drain(&connection, "orders").await, &larger);
+    support::assert_peak_within(peak, 2 * (4 << 20));
 }
 
 on_every_broker!(
