@@ -15,10 +15,11 @@
 //!   bytes: before it subscribes, the first message is read with `basic.get` (and is the first
 //!   one moved), and the window is as many messages of its size as fit half the bound
 //!   ([`Budget::window`]); one when the queue gave none. The window is then fixed: `basic.qos`
-//!   applies to consumers subscribed afterwards, and subscribing again loses messages' order.
-//!   Measured: after a cancel, a quorum queue (4.0, 4.3) still delivers to the cancelled
-//!   consumer after its cancel-ok, so that message is held and skipped, and RabbitMQ 3.10's
-//!   channel crashes on such a delivery (INTERNAL_ERROR). A queue whose later messages are
+//!   applies to consumers subscribed afterwards, and subscribing again between batches (tried)
+//!   loses messages' order on quorum queues. Measured: on 4.0 and 4.3 a message sent to the
+//!   cancelled consumer never reached hopper and stayed held, skipped (`redrive --max 3` moved
+//!   the first, third and fifth), and 3.10's channel crashed on such a delivery (INTERNAL_ERROR,
+//!   `function_clause` in `rabbit_channel:handle_deliver0`). A queue whose later messages are
 //!   larger than its first can therefore have up to a window of them in flight; its batches
 //!   are still cut by bytes.
 //!
