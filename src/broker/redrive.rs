@@ -148,8 +148,9 @@ pub fn journal_queue(dlq: &str) -> String {
 
 /// Moves the dead letters of `from` that `selected` picks to queue `to`, within `limits`. The
 /// consumer is exclusive: nobody else takes a message from `from` meanwhile. An error before the
-/// first message is received is returned as such (nothing was touched); after it, the run stops,
-/// gives back everything it holds and says why in `stopped`. The journal it returns holds what
+/// consumer has subscribed is returned as such (nothing was moved; an unfiltered run's first dead
+/// letter, read to size its window, goes back with the channel); after it, the run stops, gives
+/// back everything it holds and says why in `stopped`. The journal it returns holds what
 /// interrupted runs left (reported in `possible_duplicates`) until it is closed: close it once
 /// the report has been given.
 pub async fn redrive(
