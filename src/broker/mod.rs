@@ -1,6 +1,7 @@
 //! The only module that talks to RabbitMQ: writes over AMQP, reads over the management HTTP API.
 
 pub mod amqp;
+pub mod budget;
 pub mod http;
 pub mod identity;
 pub mod mover;

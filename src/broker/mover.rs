@@ -5,6 +5,7 @@
 //! at both: the source redelivers it with `redelivered` set, which is how the next run counts
 //! the possible duplicates.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -12,15 +13,17 @@ use futures_lite::StreamExt;
 use lapin::Confirmation;
 use lapin::message::Delivery;
 use lapin::options::{
-    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicPublishOptions, BasicQosOptions,
-    ConfirmSelectOptions,
+    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicGetOptions, BasicNackOptions, BasicPublishOptions,
+    BasicQosOptions, ConfirmSelectOptions,
 };
 use lapin::types::FieldTable;
-use lapin::{BasicProperties, Channel};
+use lapin::{BasicProperties, Channel, Consumer};
 
 use super::amqp::{Session, short};
+use super::budget::Budget;
 
-/// Deliveries in flight at once: the most a killed run can leave at both ends.
+/// Deliveries in flight at once at most, however small: the most a killed run can leave at both
+/// ends. Large bodies make fewer (`budget`).
 pub const BATCH: u16 = 200;
 
 /// How long a consumer with nothing to receive waits before asking the broker for the count.
@@ -66,14 +69,25 @@ impl std::ops::AddAssign for Moved {
 /// Moves messages from queue `from` to queue `to` (through the default exchange, so to exactly
 /// that queue), in order, keeping each message's properties, headers and body. The consumer is
 /// exclusive: nobody else takes a message from `from` meanwhile, and a queue that has consumers
-/// is refused rather than raced.
-pub async fn move_messages(session: &Session, from: &str, to: &str, until: Until) -> Result<Moved> {
+/// is refused rather than raced. At most about `budget` bytes of bodies are held at once,
+/// however large the messages (see `budget`): the batches are cut by bytes, and the consumer's
+/// window is sized from the first message, read with `basic.get` before it subscribes.
+pub async fn move_messages(session: &Session, from: &str, to: &str, until: Until, budget: Budget) -> Result<Moved> {
     let lane = session.lane().await?;
     let mut counter = session.lane().await?;
     let channel = lane.channel();
     channel.confirm_select(ConfirmSelectOptions::default()).await?;
-    channel.basic_qos(BATCH, BasicQosOptions::default()).await?;
+    // Received and not in a batch yet: the first message, one that did not fit the last batch,
+    // and what the consumer was sent before the broker saw its cancel.
+    let mut carried = VecDeque::new();
+    if counter.queue_counts(from).await?.is_some_and(|(_, consumers)| consumers == 0)
+        && let Some(first) = channel.basic_get(short(from)?, BasicGetOptions { no_ack: false }).await?
+    {
+        carried.push_back(first.delivery);
+    }
+    let window = budget.window(carried.front().map(|d| d.data.len() as u64), BATCH);
     let options = BasicConsumeOptions { no_ack: false, exclusive: true, ..Default::default() };
+    channel.basic_qos(window, BasicQosOptions::default()).await?;
     let mut consumer = channel
         .basic_consume(short(from)?, "hopper-move".into(), options, FieldTable::default())
         .await
@@ -81,22 +95,12 @@ pub async fn move_messages(session: &Session, from: &str, to: &str, until: Until
     let at_start = counter.queue_counts(from).await?.map_or(0, |(ready, _)| ready);
     let mut moved = Moved::default();
     loop {
-        let mut batch = Vec::new();
-        let mut idle = false;
-        while batch.len() < usize::from(BATCH) {
-            match tokio::time::timeout(IDLE, consumer.next()).await {
-                Ok(Some(delivery)) => batch.push(delivery?),
-                Ok(None) => bail!("the broker cancelled the move from `{from}` (was the queue deleted?)"),
-                Err(_) => {
-                    idle = true;
-                    break;
-                }
-            }
-        }
+        let (batch, idle) = next_batch(&mut consumer, &mut carried, budget, window, from).await?;
         moved += forward(channel, &batch, to, session.user()).await?;
+        drop(batch);
         let ready = counter.queue_counts(from).await?.map_or(0, |(ready, _)| ready);
         let done = match until {
-            Until::Empty => idle && batch.is_empty() && ready == 0,
+            Until::Empty => idle && carried.is_empty() && ready == 0,
             Until::CaughtUp { ready: at_most } => ready <= at_most || moved.messages >= at_start,
         };
         if done {
@@ -106,14 +110,53 @@ pub async fn move_messages(session: &Session, from: &str, to: &str, until: Until
     // Deliveries sent before the broker saw the cancel are still ours: move them too, so that
     // none goes back to the source with a delivery counted against it.
     channel.basic_cancel(consumer.tag(), BasicCancelOptions::default()).await?;
-    let mut rest = Vec::new();
     while let Ok(Some(delivery)) = tokio::time::timeout(IDLE, consumer.next()).await {
-        rest.push(delivery?);
+        carried.push_back(delivery?);
     }
-    moved += forward(channel, &rest, to, session.user()).await?;
+    while let Some(first) = carried.pop_front() {
+        let mut held = first.data.len() as u64;
+        let mut batch = vec![first];
+        while let Some(d) = carried.pop_front_if(|d| budget.fits(held, batch.len(), d.data.len() as u64)) {
+            held += d.data.len() as u64;
+            batch.push(d);
+        }
+        moved += forward(channel, &batch, to, session.user()).await?;
+    }
     let _ = channel.close(200, "moved".into()).await;
     let _ = counter.channel().close(200, "counted".into()).await;
     Ok(moved)
+}
+
+/// The next batch: carried deliveries first, then the consumer's, while they fit the budget,
+/// and no more than the window from the consumer (nothing more arrives until the batch is
+/// acknowledged). Whether the consumer had nothing to give.
+async fn next_batch(
+    consumer: &mut Consumer,
+    carried: &mut VecDeque<Delivery>,
+    budget: Budget,
+    window: u16,
+    from: &str,
+) -> Result<(Vec<Delivery>, bool)> {
+    let mut batch = Vec::new();
+    let mut held = 0;
+    loop {
+        let delivery = match carried.pop_front() {
+            Some(d) => d,
+            None if batch.len() >= usize::from(window) => return Ok((batch, false)),
+            None => match tokio::time::timeout(IDLE, consumer.next()).await {
+                Ok(Some(delivery)) => delivery?,
+                Ok(None) => bail!("the broker cancelled the move from `{from}` (was the queue deleted?)"),
+                Err(_) => return Ok((batch, true)),
+            },
+        };
+        let size = delivery.data.len() as u64;
+        if !budget.fits(held, batch.len(), size) {
+            carried.push_front(delivery);
+            return Ok((batch, false));
+        }
+        held += size;
+        batch.push(delivery);
+    }
 }
 
 /// Publishes copies of `batch` to queue `to`, waits for every confirm, then acknowledges the

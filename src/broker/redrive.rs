@@ -33,6 +33,7 @@ use lapin::types::{AMQPValue, FieldArray, FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, Confirmation, Consumer};
 
 use super::amqp::{Peeked, Session, peeked, short};
+use super::budget::Budget;
 use super::mover::{BATCH, DELIVERY_HEADERS};
 use crate::contract::ATTEMPT_HEADER;
 
@@ -70,6 +71,8 @@ pub struct Limits {
     /// Whether some dead letters may stay: each one that does is held until the end.
     pub filtered: bool,
     pub mode: Mode,
+    /// Bytes of bodies held at once at most (see `budget`).
+    pub budget: Budget,
 }
 
 /// What a run does with the dead letters it selects.
@@ -87,12 +90,19 @@ pub enum Mode {
 /// it will look at (up to AMQP's largest prefetch, then no limit). One consumer for the whole run:
 /// measured, re-subscribing to widen the window (cancel, consume again) had a 4.3 quorum queue
 /// take back the two consumers' messages out of order, and failed 3.10's connection. An
-/// unfiltered run holds nothing: two batches.
-fn window(limits: &Limits) -> u16 {
-    if !limits.filtered && limits.mode == Mode::Move {
-        return 2 * BATCH;
+/// unfiltered run holds nothing between batches: its window is sized by bytes, as many of its
+/// first dead letter (`first`, read with `basic.get` before the consumer subscribes) as fit half
+/// the bound, at most two batches; one message when the queue gave none (`budget`).
+fn window(limits: &Limits, first: Option<u64>) -> u16 {
+    if sized_by_bytes(limits) {
+        return limits.budget.window(first, 2 * BATCH);
     }
     u16::try_from(limits.scan.saturating_add(u64::from(BATCH))).unwrap_or(0)
+}
+
+/// Whether the run's window follows the bodies' sizes: when it holds no dead letter that stays.
+fn sized_by_bytes(limits: &Limits) -> bool {
+    !limits.filtered && limits.mode == Mode::Move
 }
 
 /// What one redrive did.
@@ -138,8 +148,9 @@ pub fn journal_queue(dlq: &str) -> String {
 
 /// Moves the dead letters of `from` that `selected` picks to queue `to`, within `limits`. The
 /// consumer is exclusive: nobody else takes a message from `from` meanwhile. An error before the
-/// first message is received is returned as such (nothing was touched); after it, the run stops,
-/// gives back everything it holds and says why in `stopped`. The journal it returns holds what
+/// consumer has subscribed is returned as such (nothing was moved; an unfiltered run's first dead
+/// letter, read to size its window, goes back with the channel); after it, the run stops, gives
+/// back everything it holds and says why in `stopped`. The journal it returns holds what
 /// interrupted runs left (reported in `possible_duplicates`) until it is closed: close it once
 /// the report has been given.
 pub async fn redrive(
@@ -160,15 +171,23 @@ pub async fn redrive(
         Mode::Move => Some(Journal::open(journal_lane.channel().clone(), &journal_queue(from)).await?),
         Mode::Look => None,
     };
+    // The first dead letter sizes an unfiltered run's window; it is the first one looked at.
+    let mut pending = VecDeque::new();
+    if sized_by_bytes(&limits)
+        && counter.queue_counts(from).await?.is_some_and(|(_, consumers)| consumers == 0)
+        && let Some(first) = channel.basic_get(short(from)?, BasicGetOptions { no_ack: false }).await?
+    {
+        pending.push_back(first.delivery);
+    }
     let mut run = Run {
         channel,
         from,
         to,
         user,
         limits,
-        prefetch: window(&limits),
+        prefetch: window(&limits, pending.front().map(|d| d.data.len() as u64)),
         consumer: None,
-        pending: VecDeque::new(),
+        pending,
         held: Vec::new(),
         started: Instant::now(),
         published: 0,
@@ -345,14 +364,30 @@ impl Run<'_> {
         let batch_size = self.limits.rate.map_or(usize::from(BATCH), |r| (r as usize).clamp(1, usize::from(BATCH)));
         while !self.full(0) {
             let mut batch = Vec::new();
+            let mut bytes = 0;
             let mut idle = false;
             while batch.len() < batch_size && !self.full(batch.len() as u64) {
+                // A full window: nothing more comes until the batch is acknowledged.
+                let unacked = batch.len() + self.held.len();
+                if self.pending.is_empty() && self.prefetch > 0 && unacked >= usize::from(self.prefetch) {
+                    break;
+                }
                 let Some(d) = self.next().await? else {
                     idle = true;
                     break;
                 };
-                self.out.scanned += 1;
+                let size = d.data.len() as u64;
                 let letter = dead_letter(&d);
+                // One that does not fit the batch's bytes starts the next batch.
+                let moves = self.limits.mode == Mode::Move && selected(&letter);
+                if moves && !self.limits.budget.fits(bytes, batch.len(), size) {
+                    self.pending.push_front(d);
+                    break;
+                }
+                self.out.scanned += 1;
+                if moves {
+                    bytes += size;
+                }
                 if selected(&letter) && self.limits.mode == Mode::Look {
                     // Counted as a move would count it, and given back.
                     self.out.moved += 1;

@@ -7,6 +7,7 @@ use anyhow::Result;
 
 use super::{BrokerArgs, SpecArgs};
 use crate::Exit;
+use crate::broker::budget::Budget;
 use crate::model::Object;
 use crate::ops::apply::{Report, Request};
 use crate::ops::plan_file::PlanFile;
@@ -55,6 +56,12 @@ pub struct Args {
     /// queue without consumers; killed at any point, the next run finishes it.
     #[arg(long)]
     pub migrate: bool,
+    /// What a migration (and a left-over queue's move) holds of message bodies at once at most,
+    /// however large the messages: `64MiB`, `512KiB`, `1GB`. A message larger than half of it
+    /// moves alone. Batches and the consumer's window are sized by it (README, "Migrating a
+    /// queue in place").
+    #[arg(long, value_name = "SIZE", value_parser = crate::broker::budget::parse, default_value_t = Budget::default())]
+    pub max_bytes_in_flight: Budget,
     /// Read the broker over AMQP alone, without the management API (a user without the
     /// `monitoring` tag, the plugin off): left-over queues cannot be listed, bindings are
     /// declared again. Never done unless asked.
@@ -112,6 +119,7 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
         dry_run: args.dry_run,
         prune: args.prune,
         migrate: args.migrate,
+        budget: args.max_bytes_in_flight,
         amqp_only: args.amqp_only,
         expect: None,
         fingerprint: format == Format::Json || args.out.is_some() || output::verbosity() == Verbosity::Verbose,
@@ -166,6 +174,7 @@ fn run_saved(args: &Args, path: &std::path::Path, format: Format) -> Result<Exit
         dry_run: false,
         prune: saved.prune,
         migrate: saved.migrate,
+        budget: args.max_bytes_in_flight,
         amqp_only: args.amqp_only,
         expect: Some(saved.expected()),
         fingerprint: true,

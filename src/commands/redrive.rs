@@ -7,6 +7,7 @@ use anyhow::{Result, bail};
 
 use super::{BrokerArgs, SpecArgs};
 use crate::Exit;
+use crate::broker::budget::Budget;
 use crate::network::Reason;
 use crate::ops::redrive::{Filter, Report, Request, Target};
 use crate::output::{self, Format};
@@ -49,6 +50,11 @@ pub struct Args {
     /// Publish at most N copies a second (`100` or `100/s`).
     #[arg(long, value_parser = rate, value_name = "N/s")]
     pub rate: Option<u32>,
+    /// Hold at most this many bytes of dead letters' bodies at once, however large they are:
+    /// `64MiB`, `512KiB`, `1GB`. A dead letter larger than half of it moves alone. The batches
+    /// and the consumer's window are sized by it (README, "Redrive").
+    #[arg(long, value_name = "SIZE", value_parser = crate::broker::budget::parse, default_value_t = Budget::default())]
+    pub max_bytes_in_flight: Budget,
     /// Print what would move, grouped by first death; move nothing (the dead letters are
     /// peeked at and given back, as inspect --dead-letters does).
     #[arg(long)]
@@ -125,6 +131,7 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
         max: args.max,
         rate: args.rate,
         dry_run: args.dry_run,
+        budget: args.max_bytes_in_flight,
     };
     let endpoint = endpoint?;
     let report = crate::ops::redrive::run(&endpoint, &request, |report| match format {

@@ -4,6 +4,7 @@
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
+use crate::broker::budget::Budget;
 use crate::broker::{Endpoint, amqp, http, identity};
 use crate::compile::CompiledTopology;
 use crate::model::Object;
@@ -15,6 +16,8 @@ pub struct Request {
     pub dry_run: bool,
     pub prune: bool,
     pub migrate: bool,
+    /// What a migration's moves hold of message bodies at once at most.
+    pub budget: Budget,
     /// Read over AMQP alone, never the management API: only when asked, never as a fallback.
     pub amqp_only: bool,
     /// `apply --plan`: what a saved plan was made against and would change, per vhost. Nothing
@@ -442,7 +445,7 @@ async fn converge(
                 Some(ref mut s) => s,
                 None => session.insert(connect(&plan.vhost).await?),
             };
-            execute(writing, endpoint, &plan, &mut failovers).await?
+            execute(writing, endpoint, &plan, &mut failovers, request.budget).await?
         } else {
             (Vec::new(), Vec::new(), 0)
         };
@@ -492,6 +495,7 @@ async fn execute(
     endpoint: &Endpoint,
     plan: &Plan,
     failovers: &mut Vec<amqp::Failover>,
+    budget: Budget,
 ) -> Result<(Vec<Refusal>, Vec<super::migrate::Migrated>, usize)> {
     let mut phases = plan::phases(plan);
     let after = phases.split_off(plan::MIGRATIONS + 1);
@@ -518,10 +522,10 @@ async fn execute(
     for i in migrations {
         match &plan.steps[i] {
             Step::Migrate { object: Object::Queue(q), .. } => {
-                migrated.push(super::migrate::migrate(session, endpoint, &plan.vhost, q).await?);
+                migrated.push(super::migrate::migrate(session, endpoint, &plan.vhost, q, budget).await?);
             }
             Step::MoveMessages { from, to, .. } => {
-                migrated.push(super::migrate::move_out(session, from, to).await?);
+                migrated.push(super::migrate::move_out(session, from, to, budget).await?);
             }
             _ => {}
         }

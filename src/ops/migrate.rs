@@ -7,6 +7,7 @@ use anyhow::{Result, bail};
 use serde::Serialize;
 
 use crate::broker::amqp::{Outcome, Session};
+use crate::broker::budget::Budget;
 use crate::broker::mover::{self, Moved, Until};
 use crate::broker::{Endpoint, http};
 use crate::live::Live;
@@ -38,7 +39,13 @@ pub struct Migrated {
 /// the old queue, say): stop and say so rather than spin.
 const MAX_STAGES: usize = 12;
 
-pub async fn migrate(session: &mut Session, endpoint: &Endpoint, vhost: &str, desired: &Queue) -> Result<Migrated> {
+pub async fn migrate(
+    session: &mut Session,
+    endpoint: &Endpoint,
+    vhost: &str,
+    desired: &Queue,
+    budget: Budget,
+) -> Result<Migrated> {
     let holding_name = holding_queue(&desired.name);
     let holding = Queue { name: holding_name.clone(), ..desired.clone() };
     let mut done = Migrated { queue: desired.name.clone(), holding: holding_name.clone(), ..Migrated::default() };
@@ -55,7 +62,7 @@ pub async fn migrate(session: &mut Session, endpoint: &Endpoint, vhost: &str, de
                 Moved::default()
             }
             Stage::EmptyOld => {
-                let aside = empty_into(session, &live, &desired.name, &holding_name).await?;
+                let aside = empty_into(session, &live, &desired.name, &holding_name, budget).await?;
                 done.set_aside += aside.messages;
                 done.possible_duplicates += aside.possible_duplicates;
                 continue;
@@ -64,7 +71,7 @@ pub async fn migrate(session: &mut Session, endpoint: &Endpoint, vhost: &str, de
                 declared(session.declare_queue(desired).await?, &desired.name)?;
                 Moved::default()
             }
-            Stage::Return => empty_into(session, &live, &holding_name, &desired.name).await?,
+            Stage::Return => empty_into(session, &live, &holding_name, &desired.name, budget).await?,
             Stage::Done | Stage::MoveOut => unreachable!(),
         };
         done.moved += moved.messages;
@@ -78,8 +85,8 @@ pub async fn migrate(session: &mut Session, endpoint: &Endpoint, vhost: &str, de
 }
 
 /// Moves a left-over queue's messages into `to`; the queue stays, empty, for `--prune`.
-pub async fn move_out(session: &mut Session, from: &QueueName, to: &QueueName) -> Result<Migrated> {
-    let moved = mover::move_messages(session, from, to, Until::Empty).await?;
+pub async fn move_out(session: &mut Session, from: &QueueName, to: &QueueName, budget: Budget) -> Result<Migrated> {
+    let moved = mover::move_messages(session, from, to, Until::Empty, budget).await?;
     Ok(Migrated {
         queue: from.clone(),
         holding: to.clone(),
@@ -95,7 +102,13 @@ pub async fn move_out(session: &mut Session, from: &QueueName, to: &QueueName) -
 /// then its bindings, then the few messages that arrived meanwhile. A binding is added to `to`
 /// before it is removed from `from`: a message routed between the two reaches both (a
 /// duplicate), never neither.
-async fn empty_into(session: &mut Session, live: &Live, from: &QueueName, to: &QueueName) -> Result<Moved> {
+async fn empty_into(
+    session: &mut Session,
+    live: &Live,
+    from: &QueueName,
+    to: &QueueName,
+    budget: Budget,
+) -> Result<Moved> {
     let queue = &live.queues[from];
     // Counted over AMQP, exactly: the management API's count lags by seconds, and would still
     // show the consumer of a run killed a moment ago.
@@ -119,7 +132,8 @@ async fn empty_into(session: &mut Session, live: &Live, from: &QueueName, to: &Q
     let mut moved = Moved::default();
     let switched = feeding_bindings(live, from).next().is_none();
     if !switched {
-        moved += mover::move_messages(session, from, to, Until::CaughtUp { ready: u64::from(mover::BATCH) }).await?;
+        moved +=
+            mover::move_messages(session, from, to, Until::CaughtUp { ready: u64::from(mover::BATCH) }, budget).await?;
     }
     for b in &bindings {
         bound(session.bind(&to_binding(to, b)).await?, to)?;
@@ -127,7 +141,7 @@ async fn empty_into(session: &mut Session, live: &Live, from: &QueueName, to: &Q
     for b in &bindings {
         bound(session.unbind(&to_binding(from, b)).await?, from)?;
     }
-    moved += mover::move_messages(session, from, to, Until::Empty).await?;
+    moved += mover::move_messages(session, from, to, Until::Empty, budget).await?;
     let quorum = queue.arguments.as_ref().is_some_and(is_quorum);
     // Refused when a message arrived since: the next stage reads the broker again and moves it.
     let _ = session.delete_if_empty(from, !quorum).await?;

@@ -9,6 +9,7 @@ use anyhow::{Result, bail};
 use serde::Serialize;
 
 use crate::broker::amqp::Session;
+use crate::broker::budget::Budget;
 use crate::broker::redrive::{self, DeadLetter, Limits, Mode};
 use crate::broker::{Endpoint, http, identity};
 use crate::model::{ArgValue, QueueName};
@@ -73,6 +74,8 @@ pub struct Request {
     /// Copies published per second at most.
     pub rate: Option<u32>,
     pub dry_run: bool,
+    /// Bytes of dead letters' bodies held at once at most.
+    pub budget: Budget,
 }
 
 #[derive(Debug, Serialize)]
@@ -184,6 +187,7 @@ pub fn run(endpoint: &Endpoint, request: &Request, emit: impl FnOnce(&Report) ->
                 rate: request.rate,
                 filtered: !request.filter.is_empty(),
                 mode: if request.dry_run { Mode::Look } else { Mode::Move },
+                budget: request.budget,
             };
             let (dlq, main) = (&target.dead_letter_queue, &target.main_queue);
             // A failure to start (a consumer came between the check and now) stops this topology

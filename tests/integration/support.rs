@@ -273,6 +273,62 @@ pub fn hopper(broker: Option<Broker>, args: &[&str]) -> Output {
     out
 }
 
+/// Runs the hopper binary pointed at `broker`, as `hopper` does, and measures it: its output,
+/// and its peak resident memory in bytes, as GNU time reports it (`/usr/bin/time -f %M`, the
+/// kernel's `ru_maxrss` of its child). Not `wait4` from here: Linux carries a process's peak
+/// memory across `exec` from the image it replaced, which for a child spawned here is this test
+/// process (it made the messages); GNU time's own few MB are what hopper starts from instead.
+pub fn hopper_peak(broker: Broker, args: &[&str]) -> (Output, u64) {
+    let usage = std::env::temp_dir().join(unique("hopper-test-usage"));
+    let mut command = Command::new("/usr/bin/time");
+    command.arg("-f").arg("%M").arg("-o").arg(&usage).arg(env!("CARGO_BIN_EXE_hopper")).args(args);
+    command.env("NO_COLOR", "1");
+    for variable in CONNECTION_VARIABLES {
+        command.env_remove(variable);
+    }
+    command.env("HOPPER_AMQP_URL", broker.amqp()).env("HOPPER_MANAGEMENT_URL", broker.management());
+    let out = command.output().expect("run hopper under /usr/bin/time (GNU time; scripts/test installs it)");
+    let said = std::fs::read_to_string(&usage).unwrap_or_default();
+    let _ = std::fs::remove_file(&usage);
+    // The last line: GNU time writes "Command exited with non-zero status N" before it.
+    let kib: u64 =
+        said.lines().last().and_then(|l| l.trim().parse().ok()).unwrap_or_else(|| panic!("GNU time said {said:?}"));
+    let peak = kib * 1024;
+    eprintln!("$ hopper {} (peak {} MiB)\n{}{}", args.join(" "), peak >> 20, text(&out.stdout), text(&out.stderr));
+    (out, peak)
+}
+
+/// Bodies of `size` bytes, one per id, each filled with a byte of its own.
+pub fn large_bodies(n: usize, size: usize) -> Vec<(String, Vec<u8>)> {
+    (0..n).map(|i| (format!("big-{i}"), vec![b'a' + (i % 26) as u8; size])).collect()
+}
+
+/// `got` holds `messages`, whole and in order.
+#[track_caller]
+pub fn assert_large_bodies(got: &[lapin::message::BasicGetMessage], messages: &[(String, Vec<u8>)]) {
+    let seen: Vec<(String, usize, u8)> =
+        got.iter().map(|m| (message_id(&m.delivery.properties), m.delivery.data.len(), m.delivery.data[0])).collect();
+    let want: Vec<(String, usize, u8)> = messages.iter().map(|(id, b)| (id.clone(), b.len(), b[0])).collect();
+    assert_eq!(seen, want, "every message, whole, in order");
+    assert!(got.iter().all(|m| m.delivery.data.iter().all(|b| *b == m.delivery.data[0])), "a body changed");
+}
+
+/// What hopper may take beyond its bound on message bodies: the program and its runtime (a
+/// debug build: about 11 MiB), its buffers and the allocator's slack.
+pub const BASELINE: u64 = 64 << 20;
+
+/// A measured peak within `bound` plus `BASELINE`.
+#[track_caller]
+pub fn assert_peak_within(peak: u64, bound: u64) {
+    assert!(
+        peak < bound + BASELINE,
+        "peak {} MiB over the bound of {} MiB plus {} MiB",
+        peak >> 20,
+        bound >> 20,
+        BASELINE >> 20
+    );
+}
+
 /// Every variable hopper reads to connect: a test sets the ones it means, never inherits one.
 pub const CONNECTION_VARIABLES: [&str; 11] = [
     "HOPPER_AMQP_URL",
@@ -553,6 +609,19 @@ pub async fn publish_with(
 /// Publishes one message with these properties, confirmed by the broker and routed.
 pub async fn publish_one(connection: &Connection, exchange: &str, routing_key: &str, properties: BasicProperties) {
     confirmed(&confirming(connection).await, exchange, routing_key, b"m", properties).await;
+}
+
+/// Publishes one message with this body and these properties, confirmed by the broker and routed.
+pub async fn publish_body(
+    connection: &Connection,
+    exchange: &str,
+    routing_key: &str,
+    body: &[u8],
+    properties: BasicProperties,
+) {
+    let channel = confirming(connection).await;
+    confirmed(&channel, exchange, routing_key, body, properties).await;
+    let _ = channel.close(200, "".into()).await;
 }
 
 async fn confirming(connection: &Connection) -> Channel {
