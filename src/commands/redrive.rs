@@ -162,7 +162,11 @@ fn render(report: &Report) -> String {
             ),
         };
         let moved = t.would_move.unwrap_or(t.moved);
-        lines.push(format!("  looked at {}; {verb} {moved}{duplicates}; {} {stay}", t.scanned, t.stayed));
+        let given_back = match t.given_back {
+            0 => String::new(),
+            n => format!("; {n} chosen to move were not moved when the run stopped (still in the dead-letter queue)"),
+        };
+        lines.push(format!("  looked at {}; {verb} {moved}{duplicates}{given_back}; {} {stay}", t.scanned, t.stayed));
         if !t.groups.is_empty() {
             let mut table = output::table(&["first died in", "reason", "messages", "oldest", "newest"]);
             let time = |t: Option<u64>| {

@@ -114,6 +114,10 @@ pub struct TopologyReport {
     pub possible_duplicate_ids: Vec<String>,
     /// Looked at and left where they were, in their order.
     pub stayed: u64,
+    /// Chosen to move and not moved, because the run stopped first (the main queue deleted
+    /// mid-run, a copy refused, the connection lost): still in the dead-letter queue. With
+    /// `moved` and `stayed`, every dead letter looked at is counted once.
+    pub given_back: u64,
     /// The moved dead letters (on a dry run: those that would move), by first death.
     pub groups: Vec<Group>,
     /// What the run did to the dead letters that stayed.
@@ -211,6 +215,7 @@ pub fn run(endpoint: &Endpoint, request: &Request, emit: impl FnOnce(&Report) ->
                 possible_duplicates: done.possible_duplicates.len() as u64,
                 possible_duplicate_ids: done.possible_duplicates.into_iter().flatten().collect(),
                 stayed: done.kept,
+                given_back: done.scanned.saturating_sub(done.moved + done.kept),
                 groups: summarize(&done.moved_deaths),
                 effect: given_back(quorum, request.dry_run),
                 stopped: done.stopped,

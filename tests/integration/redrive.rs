@@ -652,7 +652,38 @@ async fn large_dead_letters_move_within_the_bound(broker: Broker) {
     support::assert_peak_within(peak, 2 * (4 << 20));
 }
 
+/// The main queue deleted while a redrive runs: the copies come back (`mandatory`), the run
+/// stops (exit 3), and every dead letter it looked at is counted once, as moved, given back or
+/// stayed; the dead-letter queue holds exactly those not moved.
+async fn counts_add_up_when_the_main_queue_goes_mid_run(broker: Broker) {
+    let vhost = Vhost::new(broker, "redrive-counts").await;
+    let spec = vhost.spec("orders.toml", &topology("orders", "classic"));
+    let spec = spec.to_str().unwrap().to_string();
+    assert_eq!(vhost.hopper(&["apply", &spec]).status.code(), Some(0));
+    let connection = vhost.connect().await;
+    reject_into(&connection, "orders", &ids("c", 150), "orders.dlq", 150).await;
+    // 150 at 50/s: three seconds, the queue deleted after one.
+    let child = spawn_redrive(broker, &[&spec, "--rate", "50/s"]);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let channel = connection.create_channel().await.unwrap();
+    channel.queue_delete("orders".into(), Default::default()).await.unwrap();
+    let out = child.wait_with_output().unwrap();
+    let report: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", support::text(&out.stderr)));
+    assert_eq!(out.status.code(), Some(3), "{report:#}");
+    let t = topology_report(&report, "orders");
+    eprintln!("{t:#}");
+    let n = |field: &str| t[field].as_u64().unwrap_or_else(|| panic!("{field} in {t:#}"));
+    assert!(t["stopped"].as_str().unwrap().contains("no queue `orders`"), "{t:#}");
+    assert!(n("moved") > 0 && n("moved") < 150, "{t:#}");
+    assert!(n("given_back") > 0, "{t:#}");
+    assert_eq!(n("scanned"), n("moved") + n("given_back") + n("stayed"), "{t:#}");
+    support::wait_for_count(&connection, "orders.dlq", (150 - n("moved")) as u32, Duration::from_secs(10)).await;
+    assert_eq!(support::count(&connection, "orders.dlq").await, Some((150 - n("moved")) as u32));
+}
+
 on_every_broker!(
+    counts_add_up_when_the_main_queue_goes_mid_run,
     client_published_x_death_by_release,
     two_thousand_dead_letters_killed_twice,
     filters_classic = filters_move_what_they_select("classic"),
