@@ -1,11 +1,11 @@
 //! The benchmark: hopper against the broker's own import and the cheapest complete listing of a
-//! vhost, at several sizes, on each broker of the test matrix, side by side in one run (README,
-//! "Benchmarks"). `scripts/bench` builds and runs it:
+//! vhost, at several sizes, on each broker of the test matrix, side by side in one run (docs/benchmarks.md).
+//! `scripts/bench` builds and runs it:
 //!
 //! ```text
 //! scripts/bench                                  3.10, 4.0 and 4.3 at 500, 2,000 and 10,000 topologies
 //! scripts/bench --broker 3.10 --sizes 500,2000   one broker, two sizes
-//! scripts/bench --write README.md                also replace that broker's table in the README
+//! scripts/bench --write docs/benchmarks.md       also replace that broker's table in the book
 //! scripts/bench --move 10000 --broker 4.3        messages moved a second (below)
 //! ```
 //!
@@ -62,7 +62,7 @@ use serde_json::Value;
 /// A broker of the matrix: where it answers and how to run its `rabbitmqctl`.
 #[derive(Debug, Clone)]
 pub struct Broker {
-    /// "3.10", "4.0", "4.3": the README's marker and the version the broker must report.
+    /// "3.10", "4.0", "4.3": the benchmarks page's marker and the version the broker must report.
     pub name: String,
     pub amqp: String,
     /// The management API's base URL, ending in `/api`, without credentials.
@@ -369,7 +369,7 @@ impl Step {
 /// A hopper read against the listing, round by round: each round's time divided by the same
 /// round's listing. The two reads of a round are seconds apart, on the same broker state and
 /// the same share of the machine; two medians taken over minutes are not, and on this machine
-/// their ratio moved by a fifth between runs of the same code (README, "Where the target
+/// their ratio moved by a fifth between runs of the same code (docs/benchmarks.md, "Where the target
 /// stands").
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Paired {
@@ -1137,7 +1137,7 @@ impl Run<'_> {
         // The management plugin gathers every queue's statistics every few seconds, a vhost's
         // the benchmark does not read too: on RabbitMQ 4.3 at 500 topologies, with another
         // vhost of 7,500 objects on the broker, one check put the no-op apply at 1.26x the
-        // listing, and another without it at 1.07x (README, "Benchmarks").
+        // listing, and another without it at 1.07x (docs/benchmarks.md).
         if let Some(note) = self.other_queues(&applied)? {
             result.notes.push(note);
         }
@@ -1774,7 +1774,7 @@ fn paired(p: &Paired, bold: bool) -> String {
 /// Issue 13's bound: a no-op apply and `diff` within 1.2× the cheapest complete listing.
 pub const TARGET: f64 = 1.2;
 
-/// The target table's header, the README's.
+/// The target table's header, the benchmarks page's.
 const TARGET_HEADER: &str = "| RabbitMQ | topologies | rounds | no-op apply ÷ listing | `diff` ÷ listing | against 1.2× | hopper |\n|---|---|---|---|---|---|---|\n";
 
 /// A broker's rows of the target table, one a size: the no-op apply's and `diff`'s paired
@@ -1803,7 +1803,7 @@ pub fn target_rows(report: &Report, commit: &str) -> Vec<String> {
     rows
 }
 
-/// The README's target table with `rows` in place of those for the same RabbitMQ minor
+/// The benchmarks page's target table with `rows` in place of those for the same RabbitMQ minor
 /// version and size: a run of one broker or one size leaves the others as they were.
 pub fn replace_target_rows(text: &str, rows: &[String]) -> Result<String> {
     // "| 4.3.6 | 2,000 | ..." -> ((4, 3), 2000)
@@ -1816,7 +1816,7 @@ pub fn replace_target_rows(text: &str, rows: &[String]) -> Result<String> {
     replace_rows(text, "target", TARGET_HEADER, rows, key)
 }
 
-/// The README's `--move` table (between `<!-- bench:move:begin -->` and its end marker) with
+/// The benchmarks page's `--move` table (between `<!-- bench:move:begin -->` and its end marker) with
 /// `rows` in place of those for the same RabbitMQ minor version and queue type: a run measures
 /// one queue type, so the other rows stay as they were.
 pub fn replace_move_rows(text: &str, rows: &[String]) -> Result<String> {
@@ -1858,7 +1858,7 @@ pub fn replace_between_markers(text: &str, name: &str, table: &str) -> Result<St
     Ok(format!("{}\n{}{}", &text[..start], table, &text[stop..]))
 }
 
-/// The `--move` table's header, the README's.
+/// The `--move` table's header, the benchmarks page's.
 const MOVE_HEADER: &str = "| RabbitMQ, queues | hopper redrive | shovel \"Move messages\" | ratio | apply --migrate |\n|---|---|---|---|---|\n";
 
 /// A broker's row of the `--move` table: each mover's messages a second, from its median time.
@@ -1945,10 +1945,10 @@ pub fn offline_table(hopper: &Path, n: usize) -> Result<String> {
 const USAGE: &str = "\
 usage: scripts/bench [--broker 3.10|4.0|4.3]... [--sizes 500,2000,10000] [--repeats 3]
                      [--fresh-repeats 1] [--queue-type classic|quorum] [--force]
-                     [--settle 300] [--read-for 240] [--write README.md] [--bin PATH]
+                     [--settle 300] [--read-for 240] [--write docs/benchmarks.md] [--bin PATH]
                      [--against PATH] [--pin]
        scripts/bench --move N [--move-bytes 512] [--broker ...]... [--repeats 3]
-                     [--queue-type classic|quorum] [--write README.md] [--bin PATH]
+                     [--queue-type classic|quorum] [--write docs/benchmarks.md] [--bin PATH]
        scripts/bench --offline N
 
 
@@ -1969,7 +1969,7 @@ and diff run in the same rounds: rows of its own, and this build over it, paired
 --pin: during the reads only, the broker's processes on every CPU but the last and this program
 (hopper and the listing with it) on the last, so that hopper's CPU does not delay the broker's
 answer by sharing its cores; 4.0 and 4.3 only (never the system broker), and not with --write:
-a diagnosis, not the README's reference. Interrupted, the broker stays pinned; the progress
+a diagnosis, not the book's reference. Interrupted, the broker stays pinned; the progress
 line says how to undo it.
 --move N: messages moved a second instead: N persistent messages of --move-bytes bytes in a
 topology's dead-letter queue, moved to its main queue by `hopper redrive`, back by the
@@ -2055,7 +2055,7 @@ fn cli() -> Result<()> {
         bail!("--queue-type takes classic or quorum");
     }
     if options.pin && write.is_some() {
-        bail!("--pin is a diagnosis beside the README's tables, not their reference: run it without --write");
+        bail!("--pin is a diagnosis beside the benchmarks page's tables, not their reference: run it without --write");
     }
     if brokers.is_empty() {
         brokers = ["3.10", "4.0", "4.3"].iter().map(|b| Broker::matrix(b)).collect::<Result<_>>()?;

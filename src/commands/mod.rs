@@ -93,6 +93,7 @@ impl Cli {
 pub enum Command {
     Apply(apply::Args),
     Compile(compile::Args),
+    /// Show how hopper reaches the broker: each setting and where it came from
     #[command(subcommand)]
     Config(config::Command),
     Contract(contract::Args),

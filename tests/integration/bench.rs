@@ -1,6 +1,6 @@
 //! The benchmark (`examples/bench.rs`, run by `scripts/bench`) with a few topologies on each
 //! broker, so that it cannot rot: every step runs and checks what it measures, the table has
-//! every row, and the README's tables are the program's. Nothing here looks at a time.
+//! every row, and the benchmarks page's tables are the program's. Nothing here looks at a time.
 
 use std::path::PathBuf;
 
@@ -90,26 +90,26 @@ async fn small_run(broker: Broker) {
     assert!(table.contains("Before each size's reads the run waited for the machine"), "{table}");
     assert_eq!(table.contains("had not been quiet for two seconds"), !settled.quiet, "{table}");
 
-    // The README holds this broker's table between its markers, in the program's own words:
+    // The book's benchmarks page holds this broker's table between its markers, in the program's own words:
     // every row label the program writes is there, and re-running replaces only that block.
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/benchmarks.md")).unwrap();
     let name = format!("{major}.{minor}");
     let replaced = bench::replace_between_markers(&readme, &name, &table).unwrap();
     assert!(replaced.contains(&table));
     assert_eq!(bench::replace_between_markers(&replaced, &name, &table).unwrap(), replaced, "not idempotent");
     let begin = readme.find(&format!("<!-- bench:{name}:begin -->")).unwrap();
     let block = &readme[begin..begin + readme[begin..].find(&format!("<!-- bench:{name}:end -->")).unwrap()];
-    // (`--against`'s rows are only in a run that used it, which the README's need not be.)
+    // (`--against`'s rows are only in a run that used it, which the page's need not be.)
     for line in table.lines().filter(|l| l.starts_with("| ") && !l.starts_with("| step") && !l.contains("--against")) {
         let label = line.split(" | ").next().unwrap();
         assert!(
             block.contains(&format!("{label} |")),
-            "the README's {name} table lacks the row {label:?}: re-run scripts/bench --write README.md"
+            "the benchmarks page's {name} table lacks the row {label:?}: re-run scripts/bench --write docs/benchmarks.md"
         );
     }
 
     // The target rows: one for the size, its rounds paired (2 rounds: too few for an
-    // interval, so undecided), replacing only this broker and size's row in the README.
+    // interval, so undecided), replacing only this broker and size's row on the benchmarks page.
     let rows = bench::target_rows(&report, "abc1234");
     let [row] = &rows[..] else { panic!("{rows:?}") };
     assert!(row.starts_with(&format!("| {} | 3 | 2 | ", report.version)), "{row}");
@@ -118,14 +118,14 @@ async fn small_run(broker: Broker) {
     assert!(replaced.contains(&format!("\n{row}\n")), "{replaced}");
     assert_eq!(bench::replace_target_rows(&replaced, &rows).unwrap(), replaced, "not idempotent");
     let target = |text: &str| {
-        let start = text.find("<!-- bench:target:begin -->").expect("the README's target table");
+        let start = text.find("<!-- bench:target:begin -->").expect("the benchmarks page's target table");
         text[start..start + text[start..].find("<!-- bench:target:end -->").unwrap()].lines().count()
     };
-    assert_eq!(target(&replaced), target(&readme) + 1, "a row added for a size the README does not have");
+    assert_eq!(target(&replaced), target(&readme) + 1, "a row added for a size the page does not have");
 }
 
 /// `--move` with 100 messages, once: each mover moves them all (the program checks the counts),
-/// the shovel wherever its plugin is (4.x), and the README's move table takes the row in place.
+/// the shovel wherever its plugin is (4.x), and the benchmarks page's move table takes the row in place.
 async fn small_move(broker: Broker) {
     let (major, minor) = broker.version();
     let target = target(broker);
@@ -142,8 +142,8 @@ async fn small_move(broker: Broker) {
     assert!(row.starts_with(&format!("| {}, classic | **", result.version)), "{row}");
     assert_eq!(row.contains("×"), major >= 4, "{row}");
 
-    // The README's table keeps its header and its other rows; this broker's is replaced, once.
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    // The benchmarks page's table keeps its header and its other rows; this broker's is replaced, once.
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/benchmarks.md")).unwrap();
     let replaced = bench::replace_move_rows(&readme, std::slice::from_ref(&row)).unwrap();
     assert!(replaced.contains(&format!("\n{row}\n")), "{replaced}");
     assert_eq!(bench::replace_move_rows(&replaced, &[row]).unwrap(), replaced, "not idempotent");

@@ -43,22 +43,33 @@ fn hopper_schema_prints_the_schema_in_the_repository() {
     assert_eq!(printed.trim_end(), file.trim_end(), "editors may point at the file or at hopper's output");
 }
 
-/// Every spec the README shows and every file in topologies/ is valid for hopper and for the
-/// schema.
+/// Every spec the README and the book show, and every file in topologies/, is valid for hopper
+/// and for the schema.
 #[test]
 fn every_example_spec_validates() {
     let validator = validator();
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
-    let mut examples: Vec<(String, String)> = readme
-        .split("```toml\n")
-        .skip(1)
-        .map(|block| block.split("```").next().unwrap().to_string())
-        .filter(|block| block.contains("[topology."))
-        .enumerate()
-        .map(|(i, block)| (format!("README.md, TOML block {}", i + 1), block))
-        .collect();
-    assert!(!examples.is_empty(), "the README shows a spec");
+    let mut documents = vec![root.join("README.md")];
+    documents.extend(
+        std::fs::read_dir(root.join("docs"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "md")),
+    );
+    let mut examples: Vec<(String, String)> = Vec::new();
+    for document in &documents {
+        let text = std::fs::read_to_string(document).unwrap();
+        let blocks = text
+            .split("```toml\n")
+            .skip(1)
+            .map(|block| block.split("```").next().unwrap().to_string())
+            .filter(|block| block.contains("[topology."));
+        for (i, block) in blocks.enumerate() {
+            examples.push((format!("{}, TOML block {}", document.display(), i + 1), block));
+        }
+    }
+    assert!(examples.iter().any(|(name, _)| name.contains("README.md")), "the README shows a spec");
+    assert!(examples.iter().any(|(name, _)| name.contains("docs/spec.md")), "the book shows a spec");
     for entry in std::fs::read_dir(root.join("topologies")).unwrap() {
         let path = entry.unwrap().path();
         examples.push((path.display().to_string(), std::fs::read_to_string(&path).unwrap()));
