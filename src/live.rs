@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::model::{Arguments, Binding, ExchangeName, ExchangeType, QueueName};
-use crate::plan::Difference;
+use crate::model::Difference;
 use crate::policy::AppliedPolicy;
 
 #[derive(Debug, Clone, Default)]

@@ -8,7 +8,7 @@ use std::fmt;
 use std::ops::Deref;
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, Serializer};
 
 macro_rules! name_type {
     ($(#[$doc:meta])* $name:ident) => {
@@ -651,6 +651,54 @@ impl fmt::Display for Object {
         }
     }
 }
+
+/// What can differ between an object on the broker and the spec.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Property {
+    /// An x-argument, such as `x-message-ttl`.
+    Argument(String),
+    /// An exchange's type.
+    Type,
+    Durable,
+    AutoDelete,
+    /// An internal exchange takes no publish from a client: producers' messages are refused.
+    Internal,
+}
+
+impl Property {
+    pub fn as_str(&self) -> &str {
+        match self {
+            Property::Argument(a) => a,
+            Property::Type => "type",
+            Property::Durable => "durable",
+            Property::AutoDelete => "auto_delete",
+            Property::Internal => "internal",
+        }
+    }
+}
+
+impl fmt::Display for Property {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl Serialize for Property {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// One argument (or property) that differs between the broker and the spec.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Difference {
+    #[serde(rename = "argument")]
+    pub property: Property,
+    /// `None`: not set.
+    pub live: Option<ArgValue>,
+    pub spec: Option<ArgValue>,
+}
+
 
 #[cfg(test)]
 mod tests {

@@ -12,10 +12,12 @@ mod remedy;
 use std::collections::BTreeSet;
 
 use rustc_hash::FxHashSet;
-use std::fmt;
 
-use serde::{Serialize, Serializer};
+use serde::Serialize;
 
+// What differs is read by `live` (a refused declaration) and judged here; it lives in `model`,
+// below both, so that neither imports the other.
+pub use crate::model::{Difference, Property};
 pub use index::{Generators, Index, Owners};
 pub use leftover::left_over;
 pub use remedy::{SpecEdit, WayOut, retyped};
@@ -38,53 +40,6 @@ pub struct Override {
     #[serde(rename = "set_by")]
     pub source: Source,
     pub policy: String,
-}
-
-/// What can differ between an object on the broker and the spec.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Property {
-    /// An x-argument, such as `x-message-ttl`.
-    Argument(String),
-    /// An exchange's type.
-    Type,
-    Durable,
-    AutoDelete,
-    /// An internal exchange takes no publish from a client: producers' messages are refused.
-    Internal,
-}
-
-impl Property {
-    pub fn as_str(&self) -> &str {
-        match self {
-            Property::Argument(a) => a,
-            Property::Type => "type",
-            Property::Durable => "durable",
-            Property::AutoDelete => "auto_delete",
-            Property::Internal => "internal",
-        }
-    }
-}
-
-impl fmt::Display for Property {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.pad(self.as_str())
-    }
-}
-
-impl Serialize for Property {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
-    }
-}
-
-/// One argument (or property) that differs between the broker and the spec.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Difference {
-    #[serde(rename = "argument")]
-    pub property: Property,
-    /// `None`: not set.
-    pub live: Option<ArgValue>,
-    pub spec: Option<ArgValue>,
 }
 
 #[derive(Debug, Clone, Serialize)]
