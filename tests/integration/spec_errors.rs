@@ -905,8 +905,16 @@ mod regressions {
 
     #[test]
     fn regression_invalid_delay_without_max_attempts_adds_missing_max_attempts() {
-        for bad in ["\"5000\"", "\"5 parsecs\"", "\"0s\"", "\"-5s\"", "\"4000d\"", "\"1us\"", "30"] {
-            only_one(&format!("[topology.orders]\ndelays = [\"5s\", {bad}]\n"), "");
+        for (bad, message) in [
+            ("\"5000\"", "delay \"5000\" has no unit"),
+            ("\"5 parsecs\"", "\"5 parsecs\" is not a duration"),
+            ("\"0s\"", "a delay must be longer than zero"),
+            ("\"-5s\"", "a delay cannot be negative"),
+            ("\"4000d\"", "delay \"4000d\" is longer than RabbitMQ's largest TTL"),
+            ("\"1us\"", "delay \"1us\" is not a whole number of milliseconds"),
+            ("30", "`delays` must be a string, not an integer"),
+        ] {
+            only_one(&format!("[topology.orders]\ndelays = [\"5s\", {bad}]\n"), message);
         }
     }
 
@@ -955,13 +963,19 @@ mod regressions {
     }
 
     #[test]
-    fn regression_dead_letter_queue_equal_to_the_main_queue_is_accepted() {
-        err("[topology.orders]\ndelays = [\"5s\"]\ndead_letter_queue = \"orders\"\n");
+    fn regression_dead_letter_queue_equal_to_the_main_queue_is_refused() {
+        only_one(
+            "[topology.orders]\ndelays = [\"5s\"]\ndead_letter_queue = \"orders\"\n",
+            "the dead-letter queue `orders` is also the main queue",
+        );
     }
 
     #[test]
-    fn regression_dead_letter_queue_equal_to_a_wait_queue_is_accepted() {
-        err("[topology.orders]\ndelays = [\"5s\"]\ndead_letter_queue = \"orders.wait-5s\"\n");
+    fn regression_dead_letter_queue_equal_to_a_wait_queue_is_refused() {
+        only_one(
+            "[topology.orders]\ndelays = [\"5s\"]\ndead_letter_queue = \"orders.wait-5s\"\n",
+            "the dead-letter queue `orders.wait-5s` is also the wait queue of retry 1",
+        );
     }
 
     #[test]
@@ -977,8 +991,11 @@ mod regressions {
     }
 
     #[test]
-    fn regression_delays_with_max_attempts_1_are_accepted_and_never_used() {
-        err("[topology.orders]\nmax_attempts = 1\ndelays = [\"5s\", \"1m\"]\n");
+    fn regression_delays_with_max_attempts_1_are_refused_as_never_used() {
+        only_one(
+            "[topology.orders]\nmax_attempts = 1\ndelays = [\"5s\", \"1m\"]\n",
+            "delays are set but max_attempts = 1 means no retry",
+        );
     }
 
     #[test]
