@@ -30,6 +30,7 @@ pub enum Source {
 /// changes them. Each is a policy key and, with `x-` in front, a queue argument.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
+#[cfg_attr(test, derive(strum::EnumIter))]
 pub enum Setting {
     DeadLetterExchange,
     DeadLetterRoutingKey,
@@ -209,6 +210,15 @@ pub fn effective_one(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `Setting::ALL` is kept by hand: a setting added to the enum and not to the list fails here.
+    #[test]
+    fn setting_all_lists_every_setting_once() {
+        use strum::IntoEnumIterator;
+        let missing: Vec<Setting> = Setting::iter().filter(|s| !Setting::ALL.contains(s)).collect();
+        assert_eq!(missing, [], "not in Setting::ALL");
+        assert_eq!(Setting::ALL.len(), Setting::iter().count(), "Setting::ALL lists a setting twice");
+    }
 
     fn policy(name: &str, pairs: &[(&str, ArgValue)]) -> AppliedPolicy {
         AppliedPolicy { name: name.into(), definition: pairs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect() }

@@ -1038,6 +1038,15 @@ mod tests {
         assert_eq!(ids.len(), Rule::ALL.len());
     }
 
+    /// `Rule::ALL` is kept by hand: a rule added to the enum and not to the list fails here.
+    #[test]
+    fn rule_all_lists_every_rule_once() {
+        use strum::IntoEnumIterator;
+        let missing: Vec<Rule> = Rule::iter().filter(|r| !Rule::ALL.contains(r)).collect();
+        assert_eq!(missing, [], "not in Rule::ALL");
+        assert_eq!(Rule::ALL.len(), Rule::iter().count(), "Rule::ALL lists a rule twice");
+    }
+
     #[test]
     fn a_dead_letter_cycle_is_one_finding_whichever_queue_it_is_found_from() {
         let s = |v: &str| crate::model::ArgValue::str(v);

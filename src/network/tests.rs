@@ -7,6 +7,15 @@ fn network(toml: &str) -> Network {
 }
 
 #[test]
+fn reason_all_lists_every_reason_once() {
+    // `Reason::ALL` is kept by hand: a reason added to the enum and not to the list fails here.
+    use strum::IntoEnumIterator;
+    let missing: Vec<Reason> = Reason::iter().filter(|r| !Reason::ALL.contains(r)).collect();
+    assert_eq!(missing, [], "not in Reason::ALL");
+    assert_eq!(Reason::ALL.len(), Reason::iter().count(), "Reason::ALL lists a reason twice");
+}
+
+#[test]
 fn topic_patterns() {
     assert!(topic_matches("order.*", "order.created"));
     assert!(!topic_matches("order.*", "order.created.eu"));
