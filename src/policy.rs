@@ -286,5 +286,13 @@ mod tests {
                 .value,
             Int(20)
         );
+        // Zero is a limit, not a negative: the smallest still wins.
+        assert_eq!(
+            effective(true, &a, Some(&policy("p", &[("delivery-limit", Int(0))])), None)
+                .get(Setting::DeliveryLimit)
+                .unwrap()
+                .value,
+            Int(0)
+        );
     }
 }
