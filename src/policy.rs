@@ -211,6 +211,15 @@ pub fn effective_one(
 mod tests {
     use super::*;
 
+    /// A setting shows as its policy key (`diff` prints it so), padded like any string.
+    #[test]
+    fn a_setting_shows_as_its_policy_key() {
+        for setting in Setting::ALL {
+            assert_eq!(setting.to_string(), setting.policy_key());
+        }
+        assert_eq!(format!("[{:<10}]", Setting::Expires), "[expires   ]");
+    }
+
     /// `Setting::ALL` is kept by hand: a setting added to the enum and not to the list fails here.
     #[test]
     fn setting_all_lists_every_setting_once() {
