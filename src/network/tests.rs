@@ -120,3 +120,43 @@ fn what_overflows_dies_of_maxlen() {
         assert!(maxlen(quorum, Some("reject-publish-dlx")), "quorum: {quorum}");
     }
 }
+
+/// Only a quorum queue with a delivery limit, its own or RabbitMQ 4's default, dead-letters
+/// past it; an unlimited one never does.
+#[test]
+fn only_a_quorum_queue_with_a_delivery_limit_dies_of_it() {
+    use crate::version::Version;
+    let quorum = ("x-queue-type", ArgValue::str("quorum"));
+    let dies = |args: &[(&str, ArgValue)], version: Version| {
+        let mut n = Network::default().with_queue("q", args);
+        n.version = version;
+        n.can_dead_letter("q", Reason::DeliveryLimit)
+    };
+    let (v3, v4) = (Version::new(3, 10, 0), Version::new(4, 0, 0));
+    assert!(dies(&[quorum.clone(), ("x-delivery-limit", ArgValue::Int(5))], v3));
+    assert!(dies(std::slice::from_ref(&quorum), v4), "RabbitMQ 4's default limit");
+    assert!(!dies(std::slice::from_ref(&quorum), v3), "3.x: no limit unless one is set");
+    assert!(!dies(&[quorum.clone(), ("x-delivery-limit", ArgValue::Int(-1))], v4), "unlimited on 4.x");
+    assert!(!dies(&[("x-delivery-limit", ArgValue::Int(5))], v4), "a classic queue has no delivery limit");
+}
+
+/// The default exchange delivers to the queue its routing key names, when there is one; a key
+/// that names no queue routes nowhere, and is not uncertain.
+#[test]
+fn the_default_exchange_routes_by_queue_name() {
+    let n = Network::default().with_queue("orders", &[]);
+    assert_eq!(n.route("", Some("orders")).queues, BTreeSet::from(["orders".into()]));
+    let nowhere = n.route("", Some("absent"));
+    assert!(nowhere.queues.is_empty() && !nowhere.uncertain, "{nowhere:?}");
+    assert!(n.route("", None).uncertain);
+}
+
+/// A compiled network is judged as the release it is given, not the latest.
+#[test]
+fn a_compiled_network_keeps_its_release() {
+    let c = spec::from_str("t.toml", "[topology.orders]\ndelays = [\"1s\"]\n")
+        .unwrap_or_else(|e| panic!("{}", e.render_plain()))
+        .compiled;
+    let old = crate::version::Version::new(3, 10, 0);
+    assert_eq!(Network::from_compiled(&c.iter().collect::<Vec<_>>(), old).version, old);
+}
