@@ -160,3 +160,41 @@ fn a_compiled_network_keeps_its_release() {
     let old = crate::version::Version::new(3, 10, 0);
     assert_eq!(Network::from_compiled(&c.iter().collect::<Vec<_>>(), old).version, old);
 }
+
+/// The network read from a broker keeps what the broker said: its release, its nodes, its
+/// exchanges and bindings, and each queue's arguments and counts.
+#[test]
+fn a_live_network_keeps_what_the_broker_said() {
+    use crate::live::{LiveExchange, LiveQueue, Node};
+    let mut live = Live::empty();
+    live.version = Some("3.10.8".into());
+    live.nodes = Some(vec![Node { name: "rabbit@a".into(), running: true, alarms: vec![] }]);
+    let exchange = LiveExchange {
+        kind: "direct".into(),
+        durable: true,
+        auto_delete: false,
+        internal: false,
+        arguments: Arguments::new(),
+    };
+    live.exchanges.insert("orders".into(), exchange);
+    let binding = Binding::to_queue("orders", "q", "k");
+    live.bindings = Some(BTreeSet::from([binding.clone()]));
+    let arguments: Arguments = [("x-queue-type".to_string(), ArgValue::str("quorum"))].into_iter().collect();
+    let queue = LiveQueue {
+        durable: true,
+        arguments: Some(arguments),
+        messages: Some(5),
+        unacked: Some(2),
+        consumers: Some(1),
+        ..LiveQueue::default()
+    };
+    live.queues.insert("q".into(), queue);
+    let n = Network::from_live(&live);
+    assert_eq!(n.version, Version::new(3, 10, 8));
+    assert_eq!(n.nodes, live.nodes.clone().unwrap());
+    assert_eq!(n.exchange_names(), [&ExchangeName::from("orders")]);
+    assert_eq!(n.bindings(), [binding]);
+    let q = n.queues.get("q").expect("the queue");
+    assert!(q.quorum);
+    assert_eq!((q.ready, q.unacked, q.consumers), (Some(3), Some(2), Some(1)));
+}
