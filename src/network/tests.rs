@@ -198,3 +198,41 @@ fn a_live_network_keeps_what_the_broker_said() {
     assert!(q.quorum);
     assert_eq!((q.ready, q.unacked, q.consumers), (Some(3), Some(2), Some(1)));
 }
+
+/// How a dead letter's path ends, for the ends no other test reaches: a rejection with nowhere
+/// to go is discarded as asked, an expiry with nowhere to go is a loss; copies to several
+/// queues are followed no further; a retry hop with no TTL and no consumer strands it.
+#[test]
+fn a_path_ends_discarded_dropped_duplicated_or_stranded() {
+    let s = |v: &str| ArgValue::str(v);
+    let alone = Network::default().with_queue("q", &[("x-message-ttl", ArgValue::Int(5))]);
+    assert_eq!(alone.path("q", Reason::Rejected).end, End::Discarded { queue: "q".into() });
+    let expired = alone.path("q", Reason::Expired).end;
+    assert!(matches!(&expired, End::Dropped { why } if why.contains("has no dead-letter exchange")), "{expired:?}");
+
+    let fan = Network::default()
+        .with_exchange("fan", "fanout", None)
+        .with_queue("a", &[])
+        .with_queue("b", &[])
+        .with_binding("fan", "a", "")
+        .with_binding("fan", "b", "")
+        .with_queue("work", &[("x-dead-letter-exchange", s("fan"))]);
+    assert_eq!(fan.path("work", Reason::Rejected).end, End::Duplicated { queues: vec!["a".into(), "b".into()] });
+
+    // `work` dead-letters into `wait`, which dead-letters back but has no TTL and no consumer.
+    let stuck = Network::default()
+        .with_queue("work", &[("x-dead-letter-exchange", s("")), ("x-dead-letter-routing-key", s("wait"))])
+        .with_queue("wait", &[("x-dead-letter-exchange", s("")), ("x-dead-letter-routing-key", s("work"))]);
+    assert!(stuck.loops_back("wait") && stuck.is_stranding("wait"));
+    assert_eq!(stuck.path("work", Reason::Rejected).end, End::Stranded { queue: "wait".into() });
+    // With a TTL it waits and comes back instead: not stranded.
+    let waiting = stuck.with_queue(
+        "wait",
+        &[
+            ("x-message-ttl", ArgValue::Int(5)),
+            ("x-dead-letter-exchange", s("")),
+            ("x-dead-letter-routing-key", s("work")),
+        ],
+    );
+    assert!(!waiting.is_stranding("wait"));
+}
