@@ -236,3 +236,28 @@ fn a_path_ends_discarded_dropped_duplicated_or_stranded() {
     );
     assert!(!waiting.is_stranding("wait"));
 }
+
+/// A queue's effective settings, all at once, are what asking for each one gives.
+#[test]
+fn a_queues_effective_settings_are_each_settings_own() {
+    let policy = crate::policy::AppliedPolicy {
+        name: "cap".into(),
+        definition: [("message-ttl".to_string(), ArgValue::Int(1_000))].into_iter().collect(),
+    };
+    let mut n = Network::default().with_queue(
+        "q",
+        &[
+            ("x-queue-type", ArgValue::str("quorum")),
+            ("x-message-ttl", ArgValue::Int(5_000)),
+            ("x-max-length", ArgValue::Int(3)),
+        ],
+    );
+    n.queues.get_mut("q").unwrap().policy = Some(Arc::new(policy));
+    let q = &n.queues["q"];
+    let all: Vec<(Setting, Effective)> = q.effective().into_iter().collect();
+    let each: Vec<(Setting, Effective)> =
+        Setting::ALL.into_iter().filter_map(|s| q.setting(s).map(|e| (s, e))).collect();
+    assert_eq!(all, each);
+    assert_eq!(all.iter().map(|(s, _)| *s).collect::<Vec<_>>(), [Setting::MessageTtl, Setting::MaxLength]);
+    assert_eq!(all[0].1.value, ArgValue::Int(1_000), "the policy's smaller TTL");
+}
