@@ -4,8 +4,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use crate::model::{Arguments, Binding, ExchangeName, ExchangeType, QueueName};
 use crate::model::Difference;
+use crate::model::{Arguments, Binding, ExchangeName, ExchangeType, QueueName};
 use crate::policy::AppliedPolicy;
 
 #[derive(Debug, Clone, Default)]

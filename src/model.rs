@@ -699,7 +699,6 @@ pub struct Difference {
     pub spec: Option<ArgValue>,
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -30,6 +30,7 @@ pub enum Source {
 /// changes them. Each is a policy key and, with `x-` in front, a queue argument.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
+#[cfg_attr(test, derive(strum::EnumIter))]
 pub enum Setting {
     DeadLetterExchange,
     DeadLetterRoutingKey,
@@ -210,6 +211,24 @@ pub fn effective_one(
 mod tests {
     use super::*;
 
+    /// A setting shows as its policy key (`diff` prints it so), padded like any string.
+    #[test]
+    fn a_setting_shows_as_its_policy_key() {
+        for setting in Setting::ALL {
+            assert_eq!(setting.to_string(), setting.policy_key());
+        }
+        assert_eq!(format!("[{:<10}]", Setting::Expires), "[expires   ]");
+    }
+
+    /// `Setting::ALL` is kept by hand: a setting added to the enum and not to the list fails here.
+    #[test]
+    fn setting_all_lists_every_setting_once() {
+        use strum::IntoEnumIterator;
+        let missing: Vec<Setting> = Setting::iter().filter(|s| !Setting::ALL.contains(s)).collect();
+        assert_eq!(missing, [], "not in Setting::ALL");
+        assert_eq!(Setting::ALL.len(), Setting::iter().count(), "Setting::ALL lists a setting twice");
+    }
+
     fn policy(name: &str, pairs: &[(&str, ArgValue)]) -> AppliedPolicy {
         AppliedPolicy { name: name.into(), definition: pairs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect() }
     }
@@ -275,6 +294,14 @@ mod tests {
                 .unwrap()
                 .value,
             Int(20)
+        );
+        // Zero is a limit, not a negative: the smallest still wins.
+        assert_eq!(
+            effective(true, &a, Some(&policy("p", &[("delivery-limit", Int(0))])), None)
+                .get(Setting::DeliveryLimit)
+                .unwrap()
+                .value,
+            Int(0)
         );
     }
 }

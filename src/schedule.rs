@@ -107,8 +107,19 @@ mod tests {
         assert_eq!((s.hops[1].delay_min_ms, s.hops[1].delay_max_ms), (60_000, 78_000));
         assert_eq!(s.hops[0].wait_queues.len(), 4);
         assert_eq!((s.dead_letter_earliest_ms, s.dead_letter_latest_ms), (70_000, 91_000));
+        assert_eq!((s.dead_letter_earliest.as_str(), s.dead_letter_latest.as_str()), ("70s", "91s"));
         assert_eq!(s.wait_queues, 8);
         assert_eq!(s.copies, 5);
+    }
+
+    #[test]
+    fn a_topology_that_never_retries_dead_letters_at_once() {
+        let s = schedule(&compile_topology(&spec::one("[topology.orders]\nmax_attempts = 1\n")));
+        assert_eq!(s.hops.len(), 0);
+        assert_eq!((s.dead_letter_earliest_ms, s.dead_letter_latest_ms), (0, 0));
+        // "0s", not "0d": zero is a whole number of every unit.
+        assert_eq!((s.dead_letter_earliest.as_str(), s.dead_letter_latest.as_str()), ("0s", "0s"));
+        assert_eq!(s.copies, 1);
     }
 
     #[test]

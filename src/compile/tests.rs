@@ -668,3 +668,20 @@ fn compile_keeps_every_topology_in_order() {
         assert_eq!(c.objects, compile_topology(&c.topology).objects);
     }
 }
+
+/// native: the main queue delays its own retries, min × n capped at max; a topology that never
+/// retries has nothing to delay.
+#[test]
+fn native_sets_delayed_retry_on_the_main_queue_only_when_it_retries() {
+    let c = compiled(
+        "[topology.orders]\nstrategy = \"native\"\nbackoff = { initial = \"1s\", max = \"3s\", shape = \"linear\" }\nmax_attempts = 5\n",
+    );
+    let q = queue(&c, "orders");
+    assert_eq!(q.arguments.get(native::DELAYED_RETRY_TYPE), Some(&s("failed")));
+    assert_eq!(q.arguments.get(native::DELAYED_RETRY_MIN), Some(&ArgValue::Int(1_000)));
+    assert_eq!(q.arguments.get(native::DELAYED_RETRY_MAX), Some(&ArgValue::Int(3_000)));
+    assert!(wait_queues(&c).is_empty());
+    let once = compiled("[topology.orders]\nstrategy = \"native\"\nmax_attempts = 1\n");
+    let q = queue(&once, "orders");
+    assert!(q.arguments.keys().all(|k| !k.starts_with("x-delayed-retry-")), "{:?}", q.arguments);
+}

@@ -1038,6 +1038,44 @@ mod tests {
         assert_eq!(ids.len(), Rule::ALL.len());
     }
 
+    /// `Rule::ALL` is kept by hand: a rule added to the enum and not to the list fails here.
+    #[test]
+    fn rule_all_lists_every_rule_once() {
+        use strum::IntoEnumIterator;
+        let missing: Vec<Rule> = Rule::iter().filter(|r| !Rule::ALL.contains(r)).collect();
+        assert_eq!(missing, [], "not in Rule::ALL");
+        assert_eq!(Rule::ALL.len(), Rule::iter().count(), "Rule::ALL lists a rule twice");
+    }
+
+    /// Each rule shows as its id, and the book's table of rules gives every rule, each with its
+    /// severity and the RabbitMQ behaviour `because` states.
+    #[test]
+    fn every_rule_shows_as_its_id_and_is_in_the_book_as_it_states_itself() {
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/hazards.md")).unwrap();
+        for rule in Rule::ALL {
+            assert_eq!(rule.to_string(), rule.id());
+            let prefix = format!("| `{}` | ", rule.id());
+            let row = readme
+                .lines()
+                .find(|l| l.starts_with(&prefix))
+                .unwrap_or_else(|| panic!("no row {prefix} in docs/hazards.md"));
+            let columns: Vec<&str> = row[prefix.len()..].split(" | ").collect();
+            let severity = match rule.severity() {
+                Severity::Error => "error",
+                Severity::Warning => "warning",
+            };
+            assert!(columns[0].starts_with(severity), "{}: {row}", rule.id());
+            // The book may say more, after what the rule says.
+            assert!(
+                columns[1].starts_with(rule.because()),
+                "{}: docs/hazards.md says\n{}\nthe rule says\n{}",
+                rule.id(),
+                columns[1],
+                rule.because()
+            );
+        }
+    }
+
     #[test]
     fn a_dead_letter_cycle_is_one_finding_whichever_queue_it_is_found_from() {
         let s = |v: &str| crate::model::ArgValue::str(v);

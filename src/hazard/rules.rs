@@ -10,6 +10,7 @@ pub enum Severity {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(test, derive(strum::EnumIter))]
 pub enum Rule {
     DeadLetterExchangeMissing,
     DeadLettersUnroutable,

@@ -84,6 +84,7 @@ impl Queue {
 /// Why RabbitMQ dead-letters a message (the `reason` of `x-death`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(test, derive(strum::EnumIter))]
 pub enum Reason {
     Rejected,
     Expired,

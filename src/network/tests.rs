@@ -7,6 +7,15 @@ fn network(toml: &str) -> Network {
 }
 
 #[test]
+fn reason_all_lists_every_reason_once() {
+    // `Reason::ALL` is kept by hand: a reason added to the enum and not to the list fails here.
+    use strum::IntoEnumIterator;
+    let missing: Vec<Reason> = Reason::iter().filter(|r| !Reason::ALL.contains(r)).collect();
+    assert_eq!(missing, [], "not in Reason::ALL");
+    assert_eq!(Reason::ALL.len(), Reason::iter().count(), "Reason::ALL lists a reason twice");
+}
+
+#[test]
 fn topic_patterns() {
     assert!(topic_matches("order.*", "order.created"));
     assert!(!topic_matches("order.*", "order.created.eu"));
@@ -110,4 +119,145 @@ fn what_overflows_dies_of_maxlen() {
         assert!(!maxlen(quorum, Some("reject-publish")));
         assert!(maxlen(quorum, Some("reject-publish-dlx")), "quorum: {quorum}");
     }
+}
+
+/// Only a quorum queue with a delivery limit, its own or RabbitMQ 4's default, dead-letters
+/// past it; an unlimited one never does.
+#[test]
+fn only_a_quorum_queue_with_a_delivery_limit_dies_of_it() {
+    use crate::version::Version;
+    let quorum = ("x-queue-type", ArgValue::str("quorum"));
+    let dies = |args: &[(&str, ArgValue)], version: Version| {
+        let mut n = Network::default().with_queue("q", args);
+        n.version = version;
+        n.can_dead_letter("q", Reason::DeliveryLimit)
+    };
+    let (v3, v4) = (Version::new(3, 10, 0), Version::new(4, 0, 0));
+    assert!(dies(&[quorum.clone(), ("x-delivery-limit", ArgValue::Int(5))], v3));
+    assert!(dies(std::slice::from_ref(&quorum), v4), "RabbitMQ 4's default limit");
+    assert!(!dies(std::slice::from_ref(&quorum), v3), "3.x: no limit unless one is set");
+    assert!(!dies(&[quorum.clone(), ("x-delivery-limit", ArgValue::Int(-1))], v4), "unlimited on 4.x");
+    assert!(!dies(&[("x-delivery-limit", ArgValue::Int(5))], v4), "a classic queue has no delivery limit");
+}
+
+/// The default exchange delivers to the queue its routing key names, when there is one; a key
+/// that names no queue routes nowhere, and is not uncertain.
+#[test]
+fn the_default_exchange_routes_by_queue_name() {
+    let n = Network::default().with_queue("orders", &[]);
+    assert_eq!(n.route("", Some("orders")).queues, BTreeSet::from(["orders".into()]));
+    let nowhere = n.route("", Some("absent"));
+    assert!(nowhere.queues.is_empty() && !nowhere.uncertain, "{nowhere:?}");
+    assert!(n.route("", None).uncertain);
+}
+
+/// A compiled network is judged as the release it is given, not the latest.
+#[test]
+fn a_compiled_network_keeps_its_release() {
+    let c = spec::from_str("t.toml", "[topology.orders]\ndelays = [\"1s\"]\n")
+        .unwrap_or_else(|e| panic!("{}", e.render_plain()))
+        .compiled;
+    let old = crate::version::Version::new(3, 10, 0);
+    assert_eq!(Network::from_compiled(&c.iter().collect::<Vec<_>>(), old).version, old);
+}
+
+/// The network read from a broker keeps what the broker said: its release, its nodes, its
+/// exchanges and bindings, and each queue's arguments and counts.
+#[test]
+fn a_live_network_keeps_what_the_broker_said() {
+    use crate::live::{LiveExchange, LiveQueue, Node};
+    let mut live = Live::empty();
+    live.version = Some("3.10.8".into());
+    live.nodes = Some(vec![Node { name: "rabbit@a".into(), running: true, alarms: vec![] }]);
+    let exchange = LiveExchange {
+        kind: "direct".into(),
+        durable: true,
+        auto_delete: false,
+        internal: false,
+        arguments: Arguments::new(),
+    };
+    live.exchanges.insert("orders".into(), exchange);
+    let binding = Binding::to_queue("orders", "q", "k");
+    live.bindings = Some(BTreeSet::from([binding.clone()]));
+    let arguments: Arguments = [("x-queue-type".to_string(), ArgValue::str("quorum"))].into_iter().collect();
+    let queue = LiveQueue {
+        durable: true,
+        arguments: Some(arguments),
+        messages: Some(5),
+        unacked: Some(2),
+        consumers: Some(1),
+        ..LiveQueue::default()
+    };
+    live.queues.insert("q".into(), queue);
+    let n = Network::from_live(&live);
+    assert_eq!(n.version, Version::new(3, 10, 8));
+    assert_eq!(n.nodes, live.nodes.clone().unwrap());
+    assert_eq!(n.exchange_names(), [&ExchangeName::from("orders")]);
+    assert_eq!(n.bindings(), [binding]);
+    let q = n.queues.get("q").expect("the queue");
+    assert!(q.quorum);
+    assert_eq!((q.ready, q.unacked, q.consumers), (Some(3), Some(2), Some(1)));
+}
+
+/// How a dead letter's path ends, for the ends no other test reaches: a rejection with nowhere
+/// to go is discarded as asked, an expiry with nowhere to go is a loss; copies to several
+/// queues are followed no further; a retry hop with no TTL and no consumer strands it.
+#[test]
+fn a_path_ends_discarded_dropped_duplicated_or_stranded() {
+    let s = |v: &str| ArgValue::str(v);
+    let alone = Network::default().with_queue("q", &[("x-message-ttl", ArgValue::Int(5))]);
+    assert_eq!(alone.path("q", Reason::Rejected).end, End::Discarded { queue: "q".into() });
+    let expired = alone.path("q", Reason::Expired).end;
+    assert!(matches!(&expired, End::Dropped { why } if why.contains("has no dead-letter exchange")), "{expired:?}");
+
+    let fan = Network::default()
+        .with_exchange("fan", "fanout", None)
+        .with_queue("a", &[])
+        .with_queue("b", &[])
+        .with_binding("fan", "a", "")
+        .with_binding("fan", "b", "")
+        .with_queue("work", &[("x-dead-letter-exchange", s("fan"))]);
+    assert_eq!(fan.path("work", Reason::Rejected).end, End::Duplicated { queues: vec!["a".into(), "b".into()] });
+
+    // `work` dead-letters into `wait`, which dead-letters back but has no TTL and no consumer.
+    let stuck = Network::default()
+        .with_queue("work", &[("x-dead-letter-exchange", s("")), ("x-dead-letter-routing-key", s("wait"))])
+        .with_queue("wait", &[("x-dead-letter-exchange", s("")), ("x-dead-letter-routing-key", s("work"))]);
+    assert!(stuck.loops_back("wait") && stuck.is_stranding("wait"));
+    assert_eq!(stuck.path("work", Reason::Rejected).end, End::Stranded { queue: "wait".into() });
+    // With a TTL it waits and comes back instead: not stranded.
+    let waiting = stuck.with_queue(
+        "wait",
+        &[
+            ("x-message-ttl", ArgValue::Int(5)),
+            ("x-dead-letter-exchange", s("")),
+            ("x-dead-letter-routing-key", s("work")),
+        ],
+    );
+    assert!(!waiting.is_stranding("wait"));
+}
+
+/// A queue's effective settings, all at once, are what asking for each one gives.
+#[test]
+fn a_queues_effective_settings_are_each_settings_own() {
+    let policy = crate::policy::AppliedPolicy {
+        name: "cap".into(),
+        definition: [("message-ttl".to_string(), ArgValue::Int(1_000))].into_iter().collect(),
+    };
+    let mut n = Network::default().with_queue(
+        "q",
+        &[
+            ("x-queue-type", ArgValue::str("quorum")),
+            ("x-message-ttl", ArgValue::Int(5_000)),
+            ("x-max-length", ArgValue::Int(3)),
+        ],
+    );
+    n.queues.get_mut("q").unwrap().policy = Some(Arc::new(policy));
+    let q = &n.queues["q"];
+    let all: Vec<(Setting, Effective)> = q.effective().into_iter().collect();
+    let each: Vec<(Setting, Effective)> =
+        Setting::ALL.into_iter().filter_map(|s| q.setting(s).map(|e| (s, e))).collect();
+    assert_eq!(all, each);
+    assert_eq!(all.iter().map(|(s, _)| *s).collect::<Vec<_>>(), [Setting::MessageTtl, Setting::MaxLength]);
+    assert_eq!(all[0].1.value, ArgValue::Int(1_000), "the policy's smaller TTL");
 }

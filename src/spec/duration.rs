@@ -82,6 +82,9 @@ mod tests {
         assert!(parse("5000").unwrap_err().0.contains("no unit"));
         assert!(parse("1us").unwrap_err().0.contains("milliseconds"));
         assert!(parse("4000d").unwrap_err().0.contains("10 years"));
+        // RabbitMQ's largest TTL itself is a delay; a millisecond more is not.
+        assert_eq!(parse("3650d").unwrap().as_millis(), MAX_TTL_MS);
+        assert!(parse("3650d 1ms").unwrap_err().0.contains("10 years"));
         assert!(parse("5 parsecs").unwrap_err().0.contains("not a duration"));
     }
 

@@ -1,5 +1,5 @@
 //! `hopper schema`, the JSON Schema editors check a spec with: it accepts every example spec
-//! (the README's, `topologies/`, generated ones in props.rs) and refuses what hopper refuses for
+//! (the README's and the book's, `topologies/`, generated ones in props.rs) and refuses what hopper refuses for
 //! its keys and types (a misspelt key, a wrong type, a value outside an enum), checked with a
 //! real JSON Schema validator.
 
@@ -167,11 +167,21 @@ fn the_schema_never_refuses_a_delay_hopper_accepts() {
         "1e3ms",
         "0x10s",
     ];
+    let mut accepted = Vec::new();
     for delay in corpus {
         let spec = format!("[topology.orders]\ndelays = [{delay:?}]\n");
         let (hopper, schema) = (hopper_accepts(&spec), errors(&validator, &spec).is_empty());
         assert!(schema || !hopper, "the schema refuses {delay:?}, which hopper accepts");
+        if hopper {
+            accepted.push(delay);
+        }
     }
+    // The implication above holds for any delay hopper refuses: these are the ones it tests.
+    let expected = [
+        "500ms", "30s", "5m", "2h", "1d", "1w", "1h 30m", "1h30m", " 5s ", "10 s", "2days", "3 hours", "1min", "90sec",
+        "1h 5m 3s", "5.5s", "1.5h",
+    ];
+    assert_eq!(accepted, expected, "the delays of the corpus hopper accepts");
     // And the pattern is not a blanket string: these are refused by both.
     for delay in ["5", "-5s", "", "five seconds"] {
         let spec = format!("[topology.orders]\ndelays = [{delay:?}]\n");
