@@ -19,6 +19,7 @@ pub mod plan;
 pub mod policy;
 pub mod schedule;
 pub mod spec;
+pub mod topology;
 pub mod version;
 
 use std::process::ExitCode;

@@ -5,7 +5,7 @@
 
 use super::{binding, exchange, wait_queue, work_queue_arguments};
 use crate::model::{ArgValue, ExchangeType, Object, Queue, Role, arg};
-use crate::spec::Topology;
+use crate::topology::Topology;
 
 pub(super) fn compile(t: &Topology, objects: &mut Vec<Object>) {
     objects.push(exchange(&t.retry_exchange, ExchangeType::Direct));

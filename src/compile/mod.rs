@@ -15,7 +15,7 @@ pub use names::GeneratedName;
 use crate::model::{
     ArgValue, Arguments, Binding, Exchange, ExchangeName, ExchangeType, Object, Queue, QueueName, Role, RoutingKey, arg,
 };
-use crate::spec::{QueueType, Strategy, Topology};
+use crate::topology::{QueueType, Strategy, Topology};
 
 /// A quorum dead-letter queue's delivery limit. The queue is terminal, so a message over the
 /// limit would be dropped. RabbitMQ 4.x applies a default of 20 when none is set, and on 3.10
@@ -92,7 +92,7 @@ fn wait_queue(
         name,
         durable: true,
         arguments: args,
-        role: Role::Wait { hops, delay: crate::spec::format_duration(delay) },
+        role: Role::Wait { hops, delay: crate::topology::duration::format_duration(delay) },
     }
 }
 

@@ -3,7 +3,8 @@
 //! queue, never a changed argument.
 
 use crate::model::{QueueName, RoutingKey};
-use crate::spec::{Strategy, Topology, format_duration, parse_duration};
+use crate::topology::duration::{format_duration, parse as parse_duration};
+use crate::topology::{Strategy, Topology};
 
 /// What a generated queue name says about the queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,7 +5,7 @@
 
 use super::work_queue_arguments;
 use crate::model::{ArgValue, Object, Queue, Role, arg};
-use crate::spec::Topology;
+use crate::topology::Topology;
 
 /// The arguments of RabbitMQ 4.3's delayed retry.
 pub const DELAYED_RETRY_TYPE: &str = "x-delayed-retry-type";

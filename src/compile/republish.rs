@@ -3,7 +3,7 @@
 
 use super::{binding, exchange, wait_queue, work_queue_arguments};
 use crate::model::{ArgValue, ExchangeType, Object, Queue, QueueName, Role, arg};
-use crate::spec::Topology;
+use crate::topology::Topology;
 
 pub(super) fn compile(t: &Topology, objects: &mut Vec<Object>) {
     let mut args = work_queue_arguments(t);

@@ -9,8 +9,8 @@ use std::time::Duration;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
-use super::duration;
 use crate::diagnostic::{Diagnostic, FileId};
+use crate::topology::duration;
 
 /// A value and where it was written.
 #[derive(Debug, Clone)]

@@ -1,0 +1,209 @@
+//! A retry topology as the spec describes it once `[defaults]` were applied and every value was
+//! checked: what `spec` produces and `compile` reads. Pure data and the rules that follow from it
+//! (a hop's delays, a bucket's routing key, the delivery limit in force).
+
+pub mod duration;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::model::{ExchangeName, QueueName};
+
+/// The largest TTL RabbitMQ accepts (`rabbit_misc:check_expiry`): ten years in milliseconds.
+pub const MAX_TTL_MS: u128 = 315_360_000_000;
+/// Deliveries per message we accept; a typo such as 40 for 4 should not create 39 queues.
+pub const MAX_ATTEMPTS: i64 = 100;
+/// A quorum queue's delivery limit when the spec does not set one. RabbitMQ 3.x has no limit at
+/// all (a crashing consumer loops forever); 4.x uses 20 but drops the message if no dead-letter
+/// exchange is set. hopper always sets both.
+pub const DEFAULT_DELIVERY_LIMIT: i64 = 20;
+
+/// One retry topology after `[defaults]` were applied and every value was checked.
+#[derive(Debug, Clone, Serialize)]
+pub struct Topology {
+    pub name: String,
+    pub vhost: String,
+    pub exchange: ExchangeName,
+    pub exchange_type: ExchangeType,
+    pub routing_keys: Vec<String>,
+    /// The wait before each retry hop: `hop_delays[0]` follows the first failed delivery.
+    #[serde(serialize_with = "duration::serialize_all")]
+    pub hop_delays: Vec<Duration>,
+    pub max_attempts: u32,
+    pub strategy: Strategy,
+    pub queue_type: QueueType,
+    pub queue: QueueName,
+    pub retry_exchange: ExchangeName,
+    pub dead_letter_exchange: ExchangeName,
+    pub dead_letter_queue: QueueName,
+    /// As the spec sets it (quorum queues only); see `effective_delivery_limit`.
+    pub delivery_limit: Option<i64>,
+    /// Each hop's delay spread over `[delay, delay * (1 + fraction)]` (republish only).
+    pub jitter: Option<Jitter>,
+    /// What tells a consumer a message it has handled from a new one, as the spec names it
+    /// (`idempotency_key`); unset, the contract relies on the message id, and lint warns.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<IdempotencyKey>,
+    /// The file that defines the topology.
+    #[serde(skip)]
+    pub file: PathBuf,
+}
+
+/// Jitter: each hop's delay becomes `buckets` delays spread evenly over
+/// `[delay, delay * (1 + fraction)]`, one wait queue each; the consumer picks one at random.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Jitter {
+    pub fraction: f64,
+    pub buckets: u32,
+}
+
+/// The key that stays the same on every copy of a message (a redelivery, a retry copy, a redrive,
+/// a migration): the producer sets it once per business event, and hopper and the broker carry
+/// it unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "from", rename_all = "snake_case")]
+pub enum IdempotencyKey {
+    /// The AMQP `message-id` property.
+    MessageId,
+    /// An application header, such as `order-id`.
+    Header { header: String },
+}
+
+impl IdempotencyKey {
+    /// As a person reads it: `message id (AMQP property message-id)` or `value of header `order-id``.
+    pub fn describe(&self) -> String {
+        match self {
+            IdempotencyKey::MessageId => "message id (AMQP property message-id)".to_string(),
+            IdempotencyKey::Header { header } => format!("value of header `{header}`"),
+        }
+    }
+}
+
+/// Wait queues per hop when the spec sets jitter without `jitter_buckets`: five delays 7.5% of
+/// the delay apart at jitter 0.3, enough that a burst leaves in five waves, few enough queues.
+pub const DEFAULT_JITTER_BUCKETS: u32 = 5;
+/// At most this many wait queues per hop: more spreads no better than the consumer's own timing.
+pub const MAX_JITTER_BUCKETS: u32 = 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExchangeType {
+    Direct,
+    Topic,
+    Fanout,
+}
+
+impl ExchangeType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExchangeType::Direct => "direct",
+            ExchangeType::Topic => "topic",
+            ExchangeType::Fanout => "fanout",
+        }
+    }
+}
+
+impl From<ExchangeType> for crate::model::ExchangeType {
+    fn from(t: ExchangeType) -> Self {
+        match t {
+            ExchangeType::Direct => crate::model::ExchangeType::Direct,
+            ExchangeType::Topic => crate::model::ExchangeType::Topic,
+            ExchangeType::Fanout => crate::model::ExchangeType::Fanout,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Strategy {
+    Republish,
+    Chain,
+    /// RabbitMQ 4.3's delayed retry in the quorum queue itself.
+    Native,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QueueType {
+    Quorum,
+    Classic,
+}
+
+impl QueueType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QueueType::Quorum => "quorum",
+            QueueType::Classic => "classic",
+        }
+    }
+}
+
+impl Topology {
+    pub fn hops(&self) -> u32 {
+        self.max_attempts - 1
+    }
+
+    /// The delay before retry hop `hop` (1-based); with jitter, the shortest of its buckets.
+    pub fn delay(&self, hop: u32) -> Duration {
+        self.hop_delays[hop as usize - 1]
+    }
+
+    /// Hop `hop`'s delays, one per wait queue: `[delay]` without jitter; with it, `buckets`
+    /// delays from `delay` to `delay * (1 + fraction)`, evenly spaced, in whole milliseconds
+    /// (equal ones merged: a spread narrower than the bucket count has fewer buckets).
+    pub fn bucket_delays(&self, hop: u32) -> Vec<Duration> {
+        let base = self.delay(hop);
+        let Some(j) = self.jitter else { return vec![base] };
+        let ms = base.as_millis() as f64;
+        let mut delays: Vec<Duration> = (0..j.buckets)
+            .map(|i| {
+                let spread = j.fraction * f64::from(i) / f64::from(j.buckets.max(2) - 1);
+                Duration::from_millis((ms * (1.0 + spread)).round() as u64)
+            })
+            .collect();
+        delays.dedup();
+        delays
+    }
+
+    /// The retry exchange's routing key for bucket `bucket` (1-based) of hop `hop`: the hop's
+    /// number without jitter, `<hop>.<bucket>` with it.
+    pub fn bucket_key(&self, hop: u32, bucket: u32) -> String {
+        match self.jitter {
+            None => hop.to_string(),
+            Some(_) => format!("{hop}.{bucket}"),
+        }
+    }
+
+    /// The `x-delivery-limit` of the queues consumers read: the spec's, or hopper's default on
+    /// quorum queues; none on classic queues. With native retry it counts the retries: a message
+    /// failed max_attempts times is dead-lettered.
+    pub fn effective_delivery_limit(&self) -> Option<i64> {
+        match (self.strategy, self.queue_type) {
+            (Strategy::Native, _) => Some(i64::from(self.hops())),
+            (_, QueueType::Quorum) => Some(self.delivery_limit.unwrap_or(DEFAULT_DELIVERY_LIMIT)),
+            (_, QueueType::Classic) => None,
+        }
+    }
+
+    /// Whether the topology has a retry exchange: consumers publish to it (republish, when it
+    /// retries at all), or its queues dead-letter through it (chain).
+    pub fn uses_retry_exchange(&self) -> bool {
+        match self.strategy {
+            Strategy::Republish => self.hops() > 0,
+            Strategy::Chain => true,
+            Strategy::Native => false,
+        }
+    }
+}
+
+impl Strategy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::Republish => "republish",
+            Strategy::Chain => "chain",
+            Strategy::Native => "native",
+        }
+    }
+}
