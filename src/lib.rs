@@ -27,7 +27,7 @@ use std::process::ExitCode;
 /// `hopper --version`: the crate's version and the commit it was built from (see build.rs).
 pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("HOPPER_COMMIT"), ")");
 
-/// What a run ended in; `ExitCodes` turns it into a number. Documented in the README.
+/// What a run ended in; `ExitCodes` turns it into a number. Documented in docs/exit-codes.md.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
     /// Done; for `apply`, the broker matches the spec.
@@ -115,7 +115,7 @@ pub(crate) fn drop_aside<T: Send + 'static>(value: T) {
 
 /// glibc's malloc gives each thread that allocates an arena of its own and keeps what was freed
 /// there: with the broker's listings parsed on a thread each, hopper's peak at 10,000 topologies
-/// rose by 50 to 110 MB, at no gain in speed over one arena (README, "Benchmarks"). Called before
+/// rose by 50 to 110 MB, at no gain in speed over one arena (docs/benchmarks.md). Called before
 /// any thread starts; a `MALLOC_ARENA_MAX` in the environment is the user's and wins.
 fn one_malloc_arena() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]

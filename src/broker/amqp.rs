@@ -83,8 +83,10 @@ pub enum Executed {
     Done,
     /// The broker refused, for the reason given; nothing was changed by this step.
     Refused(String),
-    /// The broker refused for want of a permission (403): the run stops there, whatever the
-    /// step, and the report says what was done before it. (A probe's 403 is an error instead.)
+    /// The broker refused for want of a permission (403): the run stops after this phase,
+    /// whatever the step (the phase's other channels finish their steps, each a declaration a
+    /// later run repeats harmlessly), and the report says what was done. (A probe's 403 is an
+    /// error instead.)
     Forbidden(String),
 }
 
@@ -418,10 +420,13 @@ impl Session {
         endpoint: &Endpoint,
         plan: &Plan,
         phases: Vec<Vec<usize>>,
+        applied_before: usize,
         failovers: &mut Vec<Failover>,
     ) -> Result<Vec<(usize, Executed)>> {
         let mut outcomes: Vec<(usize, Executed)> = Vec::new();
-        let total = phases.iter().map(Vec::len).sum::<usize>();
+        // The plan's changes in all, and those an earlier group of this run carried out
+        // (`applied_before`): an error says how far the whole plan got, not this group.
+        let total = plan.steps.iter().filter(|s| s.changes()).count();
         for indices in phases.into_iter().filter(|p| !p.is_empty()) {
             let mut pending = indices;
             let refused = loop {
@@ -433,7 +438,8 @@ impl Session {
                 let Some(cause) = e.downcast_ref::<ConnectionLost>().map(|c| c.0.clone()) else {
                     // Counted once every lane of the phase has stopped: what the others finished
                     // was applied too.
-                    let done = outcomes.iter().filter(|(_, o)| *o == Executed::Done).count();
+                    let done = applied_before
+                        + outcomes.iter().filter(|(i, o)| *o == Executed::Done && plan.steps[*i].changes()).count();
                     return Err(e.context(format!(
                         "in vhost `{}`, {done} of {total} changes were applied, then it stopped; apply is idempotent: run it again",
                         plan.vhost
@@ -443,11 +449,12 @@ impl Session {
                     return Err(e);
                 }
                 let from = self.node.to_string();
+                let done = applied_before
+                    + outcomes.iter().filter(|(i, o)| *o == Executed::Done && plan.steps[*i].changes()).count();
                 self.failover(endpoint, &cause).await.with_context(|| {
                     format!(
-                        "in vhost `{}`, {} of {total} changes were applied; apply is idempotent: run it again",
-                        plan.vhost,
-                        outcomes.len()
+                        "in vhost `{}`, {done} of {total} changes were applied; apply is idempotent: run it again",
+                        plan.vhost
                     )
                 })?;
                 failovers.push(Failover { from, cause, to: self.node.to_string(), done_before: outcomes.len() });

@@ -56,10 +56,10 @@ pub struct Args {
     /// queue without consumers; killed at any point, the next run finishes it.
     #[arg(long)]
     pub migrate: bool,
-    /// What a migration (and a left-over queue's move) holds of message bodies at once at most,
-    /// however large the messages: `64MiB`, `512KiB`, `1GB`. A message larger than half of it
-    /// moves alone. Batches and the consumer's window are sized by it (README, "Migrating a
-    /// queue in place").
+    /// About what a migration (and a left-over queue's move) holds of message bodies at once:
+    /// `64MiB`, `512KiB`, `1GB`. A message larger than half of it moves alone. Batches are cut
+    /// by it; the consumer's window is sized from the first message, so later ones much larger
+    /// than it can hold more (docs/migrate.md).
     #[arg(long, value_name = "SIZE", value_parser = crate::broker::budget::parse, default_value_t = Budget::default())]
     pub max_bytes_in_flight: Budget,
     /// Read the broker over AMQP alone, without the management API (a user without the
@@ -89,12 +89,24 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
         return run_saved(&args, path, format);
     }
     // Before the broker is asked anything: a plan written over its own spec loses the spec.
-    if let Some(input) = args.out.as_deref().and_then(|out| crate::spec::is_an_input(out, &args.specs)) {
-        let out = args.out.as_deref().unwrap_or(&input);
+    if let Some(out) = &args.out
+        && let Some(clash) = crate::spec::clash(out, &args.specs)
+    {
+        let why = match clash {
+            crate::spec::Clash::Replaces(input) => {
+                format!("would replace {}, a spec file this run reads", input.display())
+            }
+            crate::spec::Clash::JoinsDirectory(dir) => {
+                format!(
+                    "would be a *.toml file in {}, which this run reads as specs (the next run would read the plan as one)",
+                    dir.display()
+                )
+            }
+        };
         eprintln!(
-            "error: --out {} would replace {}, a spec file this run reads; write the plan elsewhere (`--out plan.json`); nothing was read or changed",
+            "error: --out {} {}; write the plan elsewhere (`--out plan.json`); nothing was read or changed",
             output::safe(&out.display().to_string()),
-            output::safe(&input.display().to_string())
+            output::safe(&why)
         );
         return Ok(Exit::Error);
     }

@@ -50,9 +50,10 @@ pub struct Args {
     /// Publish at most N copies a second (`100` or `100/s`).
     #[arg(long, value_parser = rate, value_name = "N/s")]
     pub rate: Option<u32>,
-    /// Hold at most this many bytes of dead letters' bodies at once, however large they are:
-    /// `64MiB`, `512KiB`, `1GB`. A dead letter larger than half of it moves alone. The batches
-    /// and the consumer's window are sized by it (README, "Redrive").
+    /// Hold about this many bytes of dead letters' bodies at once: `64MiB`, `512KiB`, `1GB`. A
+    /// dead letter larger than half of it moves alone. Batches are cut by it; the consumer's
+    /// window is sized from the first dead letter, so later ones much larger than it, and a run
+    /// with a filter or --dry-run, can hold more (docs/redrive.md).
     #[arg(long, value_name = "SIZE", value_parser = crate::broker::budget::parse, default_value_t = Budget::default())]
     pub max_bytes_in_flight: Budget,
     /// Print what would move, grouped by first death; move nothing (the dead letters are

@@ -14,7 +14,7 @@ pub const SPEC_SCHEMA: &str = include_str!("../../schema/hopper-spec.schema.json
 Examples:
   hopper schema > hopper.schema.json
   then put `#:schema ./hopper.schema.json` on the first line of a spec file, or point taplo at
-  it from .taplo.toml (see the README)")]
+  it from .taplo.toml (see docs/spec.md)")]
 pub struct Args {}
 
 pub fn run(_args: Args) -> Result<Exit> {

@@ -486,10 +486,10 @@ fn needs_the_api(e: anyhow::Error) -> anyhow::Error {
     }
 }
 
-/// Declarations first, then migrations (whose queues' new dead-letter exchanges and bindings
-/// then exist), then removals; a refusal stops the run before the next group.
-/// Carries out a plan: what the broker refused, what each migration did, and how many of the
-/// plan's changes were carried out.
+/// Carries out a plan: declarations first, then migrations (whose queues' new dead-letter
+/// exchanges and bindings then exist), then removals; a refusal stops the run before the next
+/// group. Returns what the broker refused, what each migration did, and how many of the plan's
+/// changes were carried out.
 async fn execute(
     session: &mut amqp::Session,
     endpoint: &Endpoint,
@@ -500,21 +500,20 @@ async fn execute(
     let mut phases = plan::phases(plan);
     let after = phases.split_off(plan::MIGRATIONS + 1);
     let migrations = phases.pop().unwrap_or_default();
-    let mut applied = 0;
-    let mut refusals = |outcomes: Vec<(usize, amqp::Executed)>| -> Vec<Refusal> {
-        outcomes
-            .into_iter()
-            .filter_map(|(i, outcome)| match outcome {
-                amqp::Executed::Refused(reason) => Some(Refusal { step: i, reason, permission: false }),
-                amqp::Executed::Forbidden(reason) => Some(Refusal { step: i, reason, permission: true }),
-                amqp::Executed::Done => {
-                    applied += usize::from(plan.steps[i].changes());
-                    None
-                }
-            })
-            .collect()
+    // What the broker refused, and how many changes were carried out.
+    let tally = |outcomes: Vec<(usize, amqp::Executed)>| -> (Vec<Refusal>, usize) {
+        let mut refused = Vec::new();
+        let mut applied = 0;
+        for (i, outcome) in outcomes {
+            match outcome {
+                amqp::Executed::Refused(reason) => refused.push(Refusal { step: i, reason, permission: false }),
+                amqp::Executed::Forbidden(reason) => refused.push(Refusal { step: i, reason, permission: true }),
+                amqp::Executed::Done => applied += usize::from(plan.steps[i].changes()),
+            }
+        }
+        (refused, applied)
     };
-    let mut refused = refusals(session.execute(endpoint, plan, phases, failovers).await?);
+    let (mut refused, mut applied) = tally(session.execute(endpoint, plan, phases, 0, failovers).await?);
     let mut migrated = Vec::new();
     if refused.iter().any(|r| r.stops_the_run(&plan.steps[r.step])) {
         return Ok((refused, migrated, applied));
@@ -530,7 +529,8 @@ async fn execute(
             _ => {}
         }
     }
-    refused.extend(refusals(session.execute(endpoint, plan, after, failovers).await?));
-    let applied = applied + migrated.len();
-    Ok((refused, migrated, applied))
+    applied += migrated.len();
+    let (removals_refused, removed) = tally(session.execute(endpoint, plan, after, applied, failovers).await?);
+    refused.extend(removals_refused);
+    Ok((refused, migrated, applied + removed))
 }

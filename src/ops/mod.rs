@@ -126,7 +126,7 @@ impl Early {
     /// CPU the broker answers with: until every listing but the last has come back (the broker
     /// then works on that one alone), the reading has ended, or nothing has answered within a
     /// second. Loaded while all three listings were on their way, the spec took the CPU from
-    /// the broker's answer as much as it did once they were in (README, "Benchmarks"). A broker
+    /// the broker's answer as much as it did once they were in (docs/benchmarks.md). A broker
     /// elsewhere does not share the CPUs: the spec loads at once, and its errors come first.
     pub fn wait_for_spare_cpu(&self) {
         if self.local {

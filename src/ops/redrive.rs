@@ -116,7 +116,8 @@ pub struct TopologyReport {
     pub stayed: u64,
     /// Chosen to move and not moved, because the run stopped first (the main queue deleted
     /// mid-run, a copy refused, the connection lost): still in the dead-letter queue. With
-    /// `moved` and `stayed`, every dead letter looked at is counted once.
+    /// `moved` (a dry run: `would_move`) and `stayed`, every dead letter looked at is counted
+    /// once.
     pub given_back: u64,
     /// The moved dead letters (on a dry run: those that would move), by first death.
     pub groups: Vec<Group>,

@@ -65,23 +65,39 @@ pub fn read(paths: &[PathBuf]) -> Result<(Sources, Vec<Skipped>), LoadError> {
     Ok((sources, skipped))
 }
 
-/// The input `out` is, if writing `out` would replace a file that `paths` names or that a
-/// directory among them holds (the same file by any path: a link, `./`, `..`).
-pub fn is_an_input(out: &Path, paths: &[PathBuf]) -> Option<PathBuf> {
-    let target = std::fs::metadata(out).ok().filter(|m| m.is_file())?;
-    let same = |m: &std::fs::Metadata| m.dev() == target.dev() && m.ino() == target.ino();
+/// Why a file hopper would write (`apply --out`) must not be written there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Clash {
+    /// It is this spec file of the run, by any path (a link, `./`, `..`, a directory given).
+    Replaces(PathBuf),
+    /// It would be a new `*.toml` in this spec directory of the run, read as a spec next time.
+    JoinsDirectory(PathBuf),
+}
+
+/// Whether writing `out` would replace a spec file that `paths` name or that a directory among
+/// them holds, or add one to such a directory.
+pub fn clash(out: &Path, paths: &[PathBuf]) -> Option<Clash> {
+    let target = std::fs::metadata(out).ok().filter(|m| m.is_file());
+    let same = |m: &std::fs::Metadata| target.as_ref().is_some_and(|t| m.dev() == t.dev() && m.ino() == t.ino());
+    let name = out.file_name()?.to_string_lossy().into_owned();
+    let read_from_a_directory = !name.starts_with('.') && name.ends_with(".toml");
+    let parent = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let parent = std::fs::metadata(parent).ok();
     for path in paths.iter().filter(|p| p.as_os_str() != "-") {
         let Ok(meta) = std::fs::metadata(path) else { continue };
         if meta.is_file() && same(&meta) {
-            return Some(path.clone());
+            return Some(Clash::Replaces(path.clone()));
         }
-        if meta.is_dir() {
-            let entries = std::fs::read_dir(path).ok()?;
-            for entry in entries.flatten() {
-                if entry.metadata().is_ok_and(|m| same(&m)) || std::fs::metadata(entry.path()).is_ok_and(|m| same(&m)) {
-                    return Some(entry.path());
-                }
-            }
+        let is_parent = parent.as_ref().is_some_and(|p| p.dev() == meta.dev() && p.ino() == meta.ino());
+        if meta.is_dir() && is_parent && read_from_a_directory {
+            return Some(if target.is_some() {
+                Clash::Replaces(path.join(&name))
+            } else {
+                Clash::JoinsDirectory(path.clone())
+            });
         }
     }
     None

@@ -15,7 +15,7 @@ pub use crate::topology::{
     DEFAULT_DELIVERY_LIMIT, DEFAULT_JITTER_BUCKETS, ExchangeType, IdempotencyKey, Jitter, MAX_ATTEMPTS,
     MAX_JITTER_BUCKETS, MAX_TTL_MS, QueueType, Strategy, Topology,
 };
-pub use files::{MAX_SPEC_BYTES, STDIN_NAME, Skipped, is_an_input};
+pub use files::{Clash, MAX_SPEC_BYTES, STDIN_NAME, Skipped, clash};
 pub use validate::vhost_problem;
 
 use crate::compile::CompiledTopology;

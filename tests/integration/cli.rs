@@ -378,6 +378,19 @@ fn a_plan_is_never_written_over_its_spec() {
         assert!(said.contains("nothing was read or changed") && !said.contains("refused"), "{args:?}: {said}");
         assert_eq!(std::fs::read_to_string(&file).unwrap(), SPEC, "{args:?}: the spec was changed");
     }
+    // A new *.toml in a spec directory would be read as a spec by the next run; a file of
+    // another kind there is not a spec.
+    let new_toml = format!("{dir}/plan.toml");
+    let out =
+        hopper(None, &["apply", "--amqp-url", "amqp://guest:guest@127.0.0.1:1", "--dry-run", "--out", &new_toml, &dir]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("which this run reads as specs"), "{}", text(&out.stderr));
+    assert!(!Path::new(&new_toml).exists());
+    scratch.file("README.md", "notes");
+    let readme = format!("{dir}/README.md");
+    let out =
+        hopper(None, &["apply", "--amqp-url", "amqp://guest:guest@127.0.0.1:1", "--dry-run", "--out", &readme, &dir]);
+    assert!(!text(&out.stderr).contains("--out"), "README.md is not a spec: {}", text(&out.stderr));
     // Another file is written as before, once the broker answers; here it cannot.
     let plan = scratch.0.join("plan.json");
     let out = hopper(
