@@ -60,15 +60,33 @@ pub fn narrate(line: impl FnOnce() -> String) {
     }
 }
 
-/// Writes a file whole or not at all, by a temporary file beside it renamed over it: a run
-/// killed mid-write leaves the old file (or none), never half of the new one.
+/// Writes a file whole or not at all, by a temporary file beside it, flushed to disk and renamed
+/// over it: a run killed mid-write (or a power loss) leaves the old file (or none), never half
+/// of the new one. A link is written through, to the file it names; a file that was there keeps
+/// its permissions (a plan kept 0600 stays 0600).
 pub fn write_whole(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    use std::io::Write as _;
+    let path = match std::fs::canonicalize(path) {
+        Ok(target) if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) => target,
+        _ => path.to_path_buf(),
+    };
+    let Some(name) = path.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name"));
+    };
     let temporary = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-    std::fs::write(&temporary, bytes)?;
-    std::fs::rename(&temporary, path).inspect_err(|_| {
+    let written = (|| {
+        let mut file = std::fs::File::create(&temporary)?;
+        file.write_all(bytes)?;
+        if let Ok(old) = std::fs::metadata(&path) {
+            file.set_permissions(old.permissions())?;
+        }
+        file.sync_all()?;
+        std::fs::rename(&temporary, &path)
+    })();
+    if written.is_err() {
         let _ = std::fs::remove_file(&temporary);
-    })
+    }
+    written
 }
 
 /// Colour only on a terminal, and never with NO_COLOR.

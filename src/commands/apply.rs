@@ -231,7 +231,7 @@ fn render(report: &Report, args: &Args, format: Format) -> Result<()> {
             );
         } else if report.refused() > 0 {
             eprintln!(
-                "error: the broker refused {} of {} change(s); {} were applied, the rest were not tried (run without -q for which)",
+                "error: the broker refused {} of {} change(s); {} were applied, the rest were not carried out (run without -q for which)",
                 report.refused(),
                 report.changes(),
                 report.changes_applied()
@@ -335,7 +335,7 @@ fn print_report(report: &Report, show_unchanged: bool) -> Result<()> {
         format!("Dry run: nothing was changed. Plan: {summary}.")
     } else if report.refused() > 0 {
         format!(
-            "Stopped: the broker refused {} of {} change(s); {} were applied, the rest were not tried. ({summary})",
+            "Stopped: the broker refused {} of {} change(s); {} were applied, the rest were not carried out. ({summary})",
             report.refused(),
             report.changes(),
             report.changes_applied()

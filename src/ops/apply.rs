@@ -188,11 +188,11 @@ fn staleness(expected: &[Expected], plans: &[(&Plan, &Fingerprint, Option<&[Seen
                 && !plan.steps.iter().any(Step::changes);
             if nothing_to_do {
                 // Its own changes moved the objects: applied (by this plan or an equal one).
-                let the_spec: std::collections::BTreeSet<(crate::model::ObjectKind, String)> = plan
+                let the_spec: rustc_hash::FxHashSet<(crate::model::ObjectKind, String)> = plan
                     .steps
                     .iter()
                     .filter_map(|s| match s {
-                        Step::InSync { object, .. } => Some((object.kind(), object.to_string())),
+                        Step::InSync { object, .. } => Some(fingerprint::identity(object)),
                         _ => None,
                     })
                     .collect();
@@ -200,7 +200,10 @@ fn staleness(expected: &[Expected], plans: &[(&Plan, &Fingerprint, Option<&[Seen
                     .into_iter()
                     .filter(|(how, o)| match how {
                         Moved::Disappeared => !fingerprint::removed_by(&e.changes, o),
-                        Moved::Appeared | Moved::Changed => !the_spec.contains(&(o.kind(), o.shown().to_string())),
+                        Moved::Appeared | Moved::Changed => {
+                            let (kind, id) = o.identity();
+                            !the_spec.contains(&(kind, id.to_string()))
+                        }
                     })
                     .collect();
                 let mut line = format!(

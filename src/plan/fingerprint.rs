@@ -185,12 +185,31 @@ impl SeenObject {
         }
     }
 
+    /// What identifies it in a vhost: its kind and name, or a binding's digest (its display
+    /// drops whether the destination is a queue or an exchange; the digest does not).
+    pub fn identity(&self) -> (crate::model::ObjectKind, &str) {
+        match self {
+            SeenObject::Exchange { name, .. } | SeenObject::Queue { name, .. } => (self.kind(), name),
+            SeenObject::Binding { digest, .. } => (self.kind(), digest),
+        }
+    }
+
     /// Its name, or a binding as `source -> destination ("key")`.
     pub fn shown(&self) -> &str {
         match self {
             SeenObject::Exchange { name, .. } | SeenObject::Queue { name, .. } => name,
             SeenObject::Binding { shown, .. } => shown,
         }
+    }
+}
+
+/// What identifies a planned object as `SeenObject::identity` identifies a seen one.
+pub fn identity(object: &crate::model::Object) -> (crate::model::ObjectKind, String) {
+    use crate::model::Object;
+    match object {
+        Object::Exchange(e) => (object.kind(), e.name.to_string()),
+        Object::Queue(q) => (object.kind(), q.name.to_string()),
+        Object::Binding(b) => (object.kind(), digest(&json!(b))),
     }
 }
 

@@ -1345,7 +1345,7 @@ async fn a_permission_refused_mid_apply_says_what_was_applied(broker: Broker) {
     let (said, stderr) = (support::text(&table.stdout), support::text(&table.stderr));
     assert!(said.contains("refused by the broker: the broker refused for want of a permission"), "{said}{stderr}");
     assert!(said.contains(&format!("Stopped: the broker refused {} of ", refused.len())), "{said}");
-    assert!(said.contains("were applied, the rest were not tried"), "{said}");
+    assert!(said.contains("were applied, the rest were not carried out"), "{said}");
 }
 
 async fn a_read_only_user_diffs_a_left_over_queue(broker: Broker) {
