@@ -639,16 +639,26 @@ fn explain_connect_error(e: &lapin::Error, vhost: &str, user: &str) -> String {
         return tls;
     }
     let text = e.to_string();
-    if text.contains("ACCESS_REFUSED") || text.contains("403") || text.contains("authentication") {
-        format!("authentication failed for user `{user}`: wrong username or password ({text})")
-    } else if text.contains("NOT_ALLOWED") || text.contains("530") {
-        format!(
+    // By the reply code of the broker's connection.close, never by its text.
+    let code = match e.kind() {
+        lapin::ErrorKind::ProtocolError(amqp) => Some(amqp.get_id()),
+        _ => None,
+    };
+    match (code, e.kind()) {
+        (Some(ACCESS_REFUSED), _) | (_, lapin::ErrorKind::AuthProviderError(_)) => {
+            format!("authentication failed for user `{user}`: wrong username or password ({text})")
+        }
+        (Some(NOT_ALLOWED), _) => format!(
             "vhost `{vhost}` does not exist or user `{user}` has no access to it ({text}); create it with `rabbitmqctl add_vhost {vhost}`"
-        )
-    } else {
-        text
+        ),
+        _ => text,
     }
 }
+
+/// AMQP 0-9-1 reply codes: what the broker answers to credentials it refuses, and to a vhost
+/// that does not exist or that the user may not open.
+const ACCESS_REFUSED: u16 = 403;
+const NOT_ALLOWED: u16 = 530;
 
 pub(crate) fn short(s: &str) -> Result<ShortString> {
     ShortString::try_new(s).map_err(|_| anyhow!("`{s}` is longer than 255 bytes"))

@@ -36,6 +36,35 @@ fn secret_file(vhost: &Vhost, secret: &str) -> String {
     path.display().to_string()
 }
 
+/// Over AMQP, on every broker, a wrong password and a vhost that does not exist are told apart
+/// by the broker's reply code (403, 530).
+#[tokio::test]
+async fn amqp_refusals_are_named_by_their_reply_code() {
+    for broker in [Broker::RabbitMq3_10, Broker::RabbitMq4_0, Broker::RabbitMq4_3] {
+        let vhost = Vhost::new(broker, "connect-codes").await;
+        let spec = spec(&vhost);
+        let file = secret_file(&vhost, SECRET);
+        let env = [("HOPPER_AMQP_URL", broker.amqp()), ("HOPPER_MANAGEMENT_URL", broker.management())];
+        let out = hopper_env(&["apply", "--amqp-only", "--username", "guest", "--password-file", &file, &spec], &env);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{broker:?}: {stderr}");
+        assert!(
+            stderr.contains("authentication failed for user `guest`: wrong username or password"),
+            "{broker:?}: {stderr}"
+        );
+        assert!(!stderr.contains(SECRET), "{stderr}");
+        let missing = support::unique("hopper-test-no-such-vhost");
+        let out = hopper_env(&["apply", "--amqp-only", "--vhost", &missing, &spec], &env);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{broker:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!("vhost `{missing}` does not exist or user `guest` has no access to it")),
+            "{broker:?}: {stderr}"
+        );
+        untouched(&vhost).await;
+    }
+}
+
 /// A wrong password is a wrong password on both endpoints, not a missing tag.
 #[tokio::test]
 async fn a_wrong_password_is_named() {
