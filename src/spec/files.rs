@@ -40,8 +40,8 @@ pub fn read(paths: &[PathBuf]) -> Result<(Sources, Vec<Skipped>), LoadError> {
     if paths.iter().filter(|p| p.as_path() == stdin).count() > 1 {
         return Err(LoadError::Io("`-` (standard input) is named twice; it can be read only once".into()));
     }
-    // Only several paths can name one file twice; one directory's entries are distinct names,
-    // and a `stat` of each of 10,000 files is not free.
+    // Only several paths, or a link among a directory's entries, can name one file twice; a
+    // `stat` of each of 10,000 plain files is not free.
     let mut seen: Option<std::collections::HashMap<(u64, u64), PathBuf>> = (paths.len() > 1).then(Default::default);
     for path in paths {
         if path.as_path() == stdin {
@@ -49,7 +49,11 @@ pub fn read(paths: &[PathBuf]) -> Result<(Sources, Vec<Skipped>), LoadError> {
             sources.add(PathBuf::from(STDIN_NAME), text);
             continue;
         }
-        for file in expand(std::slice::from_ref(path), &mut skipped)? {
+        let (files, links) = expand(std::slice::from_ref(path), &mut skipped)?;
+        if links && seen.is_none() {
+            seen = Some(Default::default());
+        }
+        for file in files {
             if let Some(seen) = &mut seen {
                 let meta = std::fs::metadata(&file).map_err(|e| io(&file, "cannot read", &e))?;
                 if let Some(first) = seen.get(&(meta.dev(), meta.ino())) {
@@ -103,8 +107,10 @@ pub fn clash(out: &Path, paths: &[PathBuf]) -> Option<Clash> {
     None
 }
 
-fn expand(paths: &[PathBuf], skipped: &mut Vec<Skipped>) -> Result<Vec<PathBuf>, LoadError> {
+/// The files the paths name, and whether a directory's entries included a symbolic link.
+fn expand(paths: &[PathBuf], skipped: &mut Vec<Skipped>) -> Result<(Vec<PathBuf>, bool), LoadError> {
     let mut files = Vec::new();
+    let mut links = false;
     for path in paths {
         let kind = kind_of(path)?;
         if kind == Kind::Directory {
@@ -133,6 +139,7 @@ fn expand(paths: &[PathBuf], skipped: &mut Vec<Skipped>) -> Result<Vec<PathBuf>,
                     }
                     continue;
                 }
+                links |= !plain;
                 match if plain { Kind::File } else { kind_of(&file)? } {
                     Kind::File => found.push((entry.file_name(), file)),
                     other => return Err(not_a_file(&file, other)),
@@ -155,7 +162,7 @@ fn expand(paths: &[PathBuf], skipped: &mut Vec<Skipped>) -> Result<Vec<PathBuf>,
             return Err(not_a_file(path, kind));
         }
     }
-    Ok(files)
+    Ok((files, links))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -246,7 +253,7 @@ mod tests {
         for name in names {
             std::fs::write(dir.join(name), "").unwrap();
         }
-        let Ok(files) = expand(std::slice::from_ref(&dir), &mut Vec::new()) else {
+        let Ok((files, _)) = expand(std::slice::from_ref(&dir), &mut Vec::new()) else {
             panic!("{} could not be read", dir.display())
         };
         std::fs::remove_dir_all(&dir).unwrap();

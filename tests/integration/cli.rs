@@ -314,6 +314,13 @@ fn the_same_file_named_twice_is_read_once() {
         assert_eq!(compiled["topologies"].as_array().unwrap().len(), 1, "{args:?}");
         assert!(text(&out.stderr).contains(&says), "{args:?}: {}", text(&out.stderr));
     }
+    // A link beside its file in one directory given.
+    let dir_with_link = Scratch::new("twice-dir");
+    let target = dir_with_link.file("orders.toml", SPEC);
+    std::os::unix::fs::symlink(&target, dir_with_link.0.join("orders-link.toml")).unwrap();
+    let out = hopper(None, &["compile", "--format", "json", dir_with_link.0.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("orders-link.toml; read once"), "{}", text(&out.stderr));
     // -q: errors only.
     assert!(hopper(None, &["-q", "lint", &file, &file]).stderr.is_empty());
     // Two files that define the same topology are still two definitions.
