@@ -500,9 +500,7 @@ async fn execute(
     failovers: &mut Vec<amqp::Failover>,
     budget: Budget,
 ) -> Result<(Vec<Refusal>, Vec<super::migrate::Migrated>, usize)> {
-    let mut phases = plan::phases(plan);
-    let after = phases.split_off(plan::MIGRATIONS + 1);
-    let migrations = phases.pop().unwrap_or_default();
+    let plan::Phases { declarations, migrations, removals } = plan::phases(plan);
     // What the broker refused, and how many changes were carried out.
     let tally = |outcomes: Vec<(usize, amqp::Executed)>| -> (Vec<Refusal>, usize) {
         let mut refused = Vec::new();
@@ -516,7 +514,7 @@ async fn execute(
         }
         (refused, applied)
     };
-    let (mut refused, mut applied) = tally(session.execute(endpoint, plan, phases, 0, failovers).await?);
+    let (mut refused, mut applied) = tally(session.execute(endpoint, plan, declarations, 0, failovers).await?);
     let mut migrated = Vec::new();
     if refused.iter().any(|r| r.stops_the_run(&plan.steps[r.step])) {
         return Ok((refused, migrated, applied));
@@ -533,7 +531,7 @@ async fn execute(
         }
     }
     applied += migrated.len();
-    let (removals_refused, removed) = tally(session.execute(endpoint, plan, after, applied, failovers).await?);
+    let (removals_refused, removed) = tally(session.execute(endpoint, plan, removals, applied, failovers).await?);
     refused.extend(removals_refused);
     Ok((refused, migrated, applied + removed))
 }

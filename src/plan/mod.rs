@@ -177,31 +177,90 @@ pub struct Plan {
     pub entry_exchanges: BTreeSet<ExchangeName>,
 }
 
-/// The order in which a plan's changes may run, as groups of step indices; the steps of one
-/// group may run at once. Nothing lets a message in before everything downstream of it exists:
-/// 1. exchanges and queues (declaring a queue whose dead-letter exchange is not there yet is
-///    harmless: no message can reach the queue before step 3);
-/// 2. bindings between them;
-/// 3. bindings from the main exchanges, through which producers' messages enter;
-/// 4. migrations, one queue at a time ([`MIGRATIONS`]), wait queues first: once they dead-letter
-///    through a binding, the queues they feed can be switched without dropping their messages;
-/// 5. bindings that moved, removed only once their replacements exist;
-/// 6. left-over queues, deleted last.
-pub fn phases(plan: &Plan) -> Vec<Vec<usize>> {
-    let mut phases = vec![Vec::new(); 6];
+/// When `apply` carries out a changing step. Nothing lets a message in before everything
+/// downstream of it exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Phase {
+    /// Exchanges and queues (declaring a queue whose dead-letter exchange is not there yet is
+    /// harmless: no message can reach the queue before `EntryBindings`).
+    Objects,
+    /// Bindings between them.
+    Bindings,
+    /// Bindings from the main exchanges, through which producers' messages enter.
+    EntryBindings,
+    /// Migrations, one queue at a time, wait queues first: once they dead-letter through a
+    /// binding, the queues they feed can be switched without dropping their messages.
+    Migrations,
+    /// Bindings that moved, removed only once their replacements exist.
+    Unbinds,
+    /// Left-over queues, deleted last.
+    Deletes,
+}
+
+/// A plan's changing steps in the order they may run, as step indices; the steps of one group
+/// may run at once, except the migrations, which run one at a time.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Phases {
+    /// `Objects`, `Bindings`, `EntryBindings`, in that order.
+    pub declarations: Vec<Vec<usize>>,
+    pub migrations: Vec<usize>,
+    /// `Unbinds`, then `Deletes`.
+    pub removals: Vec<Vec<usize>>,
+}
+
+impl Phases {
+    /// The steps of one phase.
+    pub fn of(&self, phase: Phase) -> &[usize] {
+        match phase {
+            Phase::Objects => &self.declarations[0],
+            Phase::Bindings => &self.declarations[1],
+            Phase::EntryBindings => &self.declarations[2],
+            Phase::Migrations => &self.migrations,
+            Phase::Unbinds => &self.removals[0],
+            Phase::Deletes => &self.removals[1],
+        }
+    }
+
+    /// How many steps in all.
+    pub fn len(&self) -> usize {
+        self.declarations.iter().chain(&self.removals).map(Vec::len).sum::<usize>() + self.migrations.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The phase a step runs in; `None` for a step that changes nothing.
+fn phase_of(plan: &Plan, step: &Step) -> Option<Phase> {
+    Some(match step {
+        Step::Create { object } | Step::Ensure { object } => match object {
+            Object::Exchange(_) | Object::Queue(_) => Phase::Objects,
+            Object::Binding(b) if plan.entry_exchanges.contains(&b.source) => Phase::EntryBindings,
+            Object::Binding(_) => Phase::Bindings,
+        },
+        Step::Migrate { .. } | Step::MoveMessages { .. } => Phase::Migrations,
+        Step::Unbind { .. } => Phase::Unbinds,
+        Step::Delete { .. } => Phase::Deletes,
+        Step::InSync { .. } | Step::Conflict { .. } | Step::Extra { .. } => return None,
+    })
+}
+
+/// The plan's changing steps, phase by phase.
+pub fn phases(plan: &Plan) -> Phases {
+    let mut phases =
+        Phases { declarations: vec![Vec::new(); 3], migrations: Vec::new(), removals: vec![Vec::new(); 2] };
     for (i, step) in plan.steps.iter().enumerate() {
-        let phase = match step {
-            Step::Create { object } | Step::Ensure { object } => match object {
-                Object::Exchange(_) | Object::Queue(_) => 0,
-                Object::Binding(b) if plan.entry_exchanges.contains(&b.source) => 2,
-                Object::Binding(_) => 1,
-            },
-            Step::Migrate { .. } | Step::MoveMessages { .. } => MIGRATIONS,
-            Step::Unbind { .. } => 4,
-            Step::Delete { .. } => 5,
-            Step::InSync { .. } | Step::Conflict { .. } | Step::Extra { .. } => continue,
+        let Some(phase) = phase_of(plan, step) else { continue };
+        let group = match phase {
+            Phase::Objects => &mut phases.declarations[0],
+            Phase::Bindings => &mut phases.declarations[1],
+            Phase::EntryBindings => &mut phases.declarations[2],
+            Phase::Migrations => &mut phases.migrations,
+            Phase::Unbinds => &mut phases.removals[0],
+            Phase::Deletes => &mut phases.removals[1],
         };
-        phases[phase].push(i);
+        group.push(i);
     }
     // Wait queues first, then the queues they feed, then messages moved out of left-overs.
     let order = |i: &usize| match &plan.steps[*i] {
@@ -209,12 +268,9 @@ pub fn phases(plan: &Plan) -> Vec<Vec<usize>> {
         Step::Migrate { .. } => 1,
         _ => 2,
     };
-    phases[MIGRATIONS].sort_by_key(|i| (order(i), *i));
+    phases.migrations.sort_by_key(|i| (order(i), *i));
     phases
 }
-
-/// The phase of migrations, which `apply` carries out between the others, one queue at a time.
-pub const MIGRATIONS: usize = 3;
 
 impl Plan {
     pub fn conflicts(&self) -> impl Iterator<Item = &Step> {

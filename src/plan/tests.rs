@@ -280,11 +280,19 @@ fn entry_bindings_come_after_everything_they_feed() {
     let c = compiled(ORDERS);
     let p = plan("/", &[&c[0]], &Live { bindings: Some(BTreeSet::new()), ..Live::default() }, &prune(false));
     let phases = phases(&p);
-    let names = |phase: usize| phases[phase].iter().map(|i| p.steps[*i].clone()).collect::<Vec<_>>();
-    assert!(names(0).iter().all(|s| matches!(s, Step::Create { object: Object::Exchange(_) | Object::Queue(_) })));
-    assert!(names(2).iter().all(|s| matches!(s, Step::Create { object: Object::Binding(b) } if b.source == "orders")));
-    assert_eq!(names(2).len(), 1);
-    assert_eq!(phases.iter().map(Vec::len).sum::<usize>(), c[0].objects.len());
+    let names = |phase: Phase| phases.of(phase).iter().map(|i| p.steps[*i].clone()).collect::<Vec<_>>();
+    assert!(
+        names(Phase::Objects)
+            .iter()
+            .all(|s| matches!(s, Step::Create { object: Object::Exchange(_) | Object::Queue(_) }))
+    );
+    assert!(
+        names(Phase::EntryBindings)
+            .iter()
+            .all(|s| matches!(s, Step::Create { object: Object::Binding(b) } if b.source == "orders"))
+    );
+    assert_eq!(names(Phase::EntryBindings).len(), 1);
+    assert_eq!(phases.len(), c[0].objects.len());
 }
 
 #[test]
@@ -377,7 +385,8 @@ fn a_queue_type_change_is_a_conflict_or_with_migrate_a_migration_wait_queues_fir
     let p = plan("/", &[&quorum[0]], &live, &migrate());
     assert!(p.conflicts().next().is_none(), "{:#?}", p.steps);
     assert_eq!(migrating(&p), ["orders.dlq", "orders", "orders.wait-5s", "orders.wait-30s"]);
-    let order: Vec<String> = phases(&p)[MIGRATIONS]
+    let order: Vec<String> = phases(&p)
+        .of(Phase::Migrations)
         .iter()
         .map(|i| match &p.steps[*i] {
             Step::Migrate { object, .. } => object.to_string(),
