@@ -356,6 +356,14 @@ fn topology(
             diags.push(v.diag("`vhost` is empty").label("empty").hint("the default virtual host is vhost = \"/\""));
             String::new()
         }
+        (_, Some(v)) if is_dot_segment(&v.value) => {
+            diags.push(
+                v.diag(vhost_problem(&v.value).unwrap_or_default())
+                    .label("a dot segment")
+                    .hint("as a URL path segment it names this or the parent directory; use another vhost"),
+            );
+            String::new()
+        }
         (_, Some(v)) if v.value.len() > 255 || v.value.chars().any(is_unsafe_char) => {
             diags.push(
                 v.diag(vhost_problem(&v.value).unwrap_or_default())
@@ -690,6 +698,10 @@ pub fn vhost_problem(vhost: &str) -> Option<String> {
         Some("the vhost name is empty".into())
     } else if vhost.len() > 255 {
         Some(format!("the vhost name is {} bytes long; AMQP allows 255", vhost.len()))
+    } else if is_dot_segment(vhost) {
+        Some(format!(
+            "the vhost name `{vhost}` cannot be addressed through the management API: as a URL path segment it means this or the parent directory (RabbitMQ answers 301, and an HTTP client reads another listing); rename the vhost"
+        ))
     } else {
         vhost
             .chars()
@@ -698,9 +710,22 @@ pub fn vhost_problem(vhost: &str) -> Option<String> {
     }
 }
 
+/// `.` and `..`: a URL path segment of these names the directory or its parent, so the
+/// management API's `/api/queues/{vhost}/{name}` would be another resource (measured on 3.10.8:
+/// `/api/queues/.` listed every vhost's queues, and `%2E%2E` is answered with a 301).
+fn is_dot_segment(name: &str) -> bool {
+    name == "." || name == ".."
+}
+
 fn check_name(name: &Loc<String>, what: &str, diags: &mut Vec<Diagnostic>) {
     if name.value.is_empty() {
         diags.push(name.diag(format!("the {what} is empty")).label("empty name").hint("give it a name"));
+    } else if is_dot_segment(&name.value) {
+        diags.push(
+            name.diag(format!("the {what} `{}` cannot be addressed through the management API", name.value))
+                .label("a dot segment")
+                .hint("as a URL path segment it names this or the parent directory; choose another name"),
+        );
     } else if name.value.len() > 255 {
         diags.push(
             name.diag(format!("the {what} is {} bytes long; RabbitMQ allows 255", name.value.len()))

@@ -408,6 +408,37 @@ fn a_plan_is_never_written_over_its_spec() {
     assert!(!text(&out.stderr).contains("would replace"), "{}", text(&out.stderr));
 }
 
+/// A vhost, topology or queue named `.` or `..` is refused wherever it is given: in the
+/// management API's paths it names this or the parent directory, so `/api/queues/.` read every
+/// vhost's queues (measured on 3.10.8), and `%2E%2E` is answered with a 301.
+#[test]
+fn dot_segment_names_are_refused() {
+    let scratch = Scratch::new("dots");
+    let spec = scratch.file("orders.toml", SPEC);
+    for (file, text) in [
+        ("vhost.toml", "vhost = \"..\"\n[topology.orders]\ndelays = [\"1s\"]\n"),
+        ("topology.toml", "[topology.\".\"]\ndelays = [\"1s\"]\n"),
+        ("queue.toml", "[topology.orders]\ndelays = [\"1s\"]\nqueue = \"..\"\n"),
+    ] {
+        let out = hopper(None, &["compile", &scratch.file(file, text)]);
+        assert_eq!(out.status.code(), Some(2), "{file}");
+        assert!(text_of(&out).contains("cannot be addressed through the management API"), "{file}: {}", text_of(&out));
+    }
+    for vhost in [".", ".."] {
+        let out = hopper(None, &["compile", "--vhost", vhost, &spec]);
+        assert_eq!(out.status.code(), Some(2), "--vhost {vhost}");
+        assert!(text_of(&out).contains("cannot be addressed through the management API"), "{}", text_of(&out));
+        let url = format!("amqp://guest:guest@127.0.0.1:1/{}", vhost.replace('.', "%2E"));
+        let out = hopper(None, &["diff", "--amqp-url", &url, &spec]);
+        assert_eq!(out.status.code(), Some(2), "{url}");
+        assert!(text_of(&out).contains("cannot be addressed through the management API"), "{url}: {}", text_of(&out));
+    }
+}
+
+fn text_of(out: &Output) -> String {
+    text(&out.stderr)
+}
+
 /// `lint --broker-version` judges only the release lines hopper knows (3.10 to 4.3); another is
 /// refused with the nearest one, not reported "Clean".
 #[test]
