@@ -353,17 +353,10 @@ fn why(api: &Api, e: &HttpError) -> ApiError {
     ApiError { message, cause }
 }
 
-/// A vhost's name as one path segment: every byte but unreserved ones escaped (`/` is `%2F`).
+/// A name as one path segment: every byte but unreserved ones escaped (`/` is `%2F`), as the
+/// AMQP URL's vhost is written (one escaping for both; `.` and `..` are refused as names).
 pub fn segment(name: &str) -> String {
-    name.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
+    percent_encoding::utf8_percent_encode(name, super::uri::COMPONENT).to_string()
 }
 
 fn base64(bytes: &[u8]) -> String {
@@ -1109,6 +1102,10 @@ mod tests {
     fn vhosts_are_one_segment() {
         assert_eq!(segment("/"), "%2F");
         assert_eq!(segment("a b/c"), "a%20b%2Fc");
+        assert_eq!(segment("orders.dlq-1_~é%"), "orders.dlq-1_~%C3%A9%25");
+        // The same escaping as the AMQP URL's vhost, which reads back as itself.
+        let url = format!("amqp://h/{}", segment("a/b é%"));
+        assert_eq!(super::super::uri::parse(&url).unwrap().vhost.as_deref(), Some("a/b é%"));
     }
 
     #[test]

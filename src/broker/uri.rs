@@ -12,7 +12,7 @@ use super::Password;
 
 /// Every byte but RFC 3986's unreserved ones is escaped: a user or vhost name printed this way
 /// reads back as itself (a vhost's `/` is `%2F`).
-const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+pub(crate) const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
 
 /// A host as a URL names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
