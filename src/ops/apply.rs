@@ -520,14 +520,24 @@ async fn execute(
         return Ok((refused, migrated, applied));
     }
     for i in migrations {
-        match &plan.steps[i] {
+        let done = match &plan.steps[i] {
             Step::Migrate { object: Object::Queue(q), .. } => {
-                migrated.push(super::migrate::migrate(session, endpoint, &plan.vhost, q, budget).await?);
+                super::migrate::migrate(session, endpoint, &plan.vhost, q, budget).await
             }
-            Step::MoveMessages { from, to, .. } => {
-                migrated.push(super::migrate::move_out(session, from, to, budget).await?);
+            Step::MoveMessages { from, to, .. } => super::migrate::move_out(session, from, to, budget).await,
+            _ => continue,
+        };
+        match done {
+            Ok(done) => migrated.push(done),
+            // As a declaration's 403: the broker's answer to this step, reported with what was
+            // done (exit 3). A migration stopped between its stages resumes from the broker's
+            // state on the next run; no message has left both queues.
+            Err(e) if e.downcast_ref::<amqp::AccessRefused>().is_some() => {
+                refused.push(Refusal { step: i, reason: format!("{e:#}"), permission: true });
+                let applied = applied + migrated.len();
+                return Ok((refused, migrated, applied));
             }
-            _ => {}
+            Err(e) => return Err(e),
         }
     }
     applied += migrated.len();

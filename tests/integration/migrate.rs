@@ -390,6 +390,36 @@ async fn another_users_user_id_is_kept_in_a_header(broker: Broker) {
     assert_eq!(by_id("ours").delivery.properties.user_id().as_ref().map(|u| u.to_string()), Some("guest".into()));
 }
 
+/// A user who may configure the topology but not hopper's holding queue: `apply --migrate` stops
+/// at the refused declaration as at any other, a refusal (exit 3, `permission: true`) in the
+/// report, not an error; every message is still in the main queue.
+async fn a_permission_refused_mid_migration_is_a_refusal(broker: Broker) {
+    let vhost = Vhost::new(broker, "migrate-permission").await;
+    let spec = vhost.spec("orders.toml", &republish("classic", "5s"));
+    let spec = spec.to_str().unwrap().to_string();
+    assert_eq!(vhost.hopper(&["apply", &spec]).status.code(), Some(0));
+    let connection = vhost.connect().await;
+    let ids: Vec<String> = (0..5).map(|i| format!("p-{i}")).collect();
+    support::publish(&connection, "orders", "order.created", &ids).await;
+    vhost.spec("orders.toml", &republish("quorum", "5s"));
+    let user = support::unique("hopper-test-migrator");
+    support::create_user(broker, &user, "secret", "monitoring").await;
+    support::set_permissions(broker, &vhost.name, &user, "^(?!hopper\\.migrating\\.).*", ".*", ".*").await;
+    let amqp = broker.amqp().replace("guest:guest", &format!("{user}:secret"));
+    let env = [("HOPPER_AMQP_URL", amqp.as_str()), ("HOPPER_MANAGEMENT_URL", broker.management())];
+    let out = support::hopper_env(&["--format", "json", "apply", "--migrate", &spec], &env);
+    support::delete_user(broker, &user).await;
+    assert_eq!(out.status.code(), Some(3), "{}", support::text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let refused = report["vhosts"][0]["refused"].as_array().unwrap();
+    assert_eq!(refused.len(), 1, "{report:#}");
+    assert_eq!(refused[0]["permission"], true);
+    assert!(refused[0]["reason"].as_str().unwrap().contains("want of a permission"), "{report:#}");
+    let step = &support::steps(&report)[refused[0]["step"].as_u64().unwrap() as usize];
+    assert_eq!(step["action"], "migrate", "{step}");
+    assert_eq!(support::count(&connection, "orders").await, Some(5), "every message still in the main queue");
+}
+
 /// Issue 40, item 10: a migration holds a bounded number of bytes, not a count of messages. 32
 /// messages of 4 MiB (128 MiB) waiting in a classic main queue, migrated to quorum under
 /// `--max-bytes-in-flight 16MiB` (moved twice: into the holding queue and back): every one is
@@ -426,4 +456,5 @@ on_every_broker!(
     an_interrupted_migration_is_named_and_finished,
     an_old_wait_queue_is_in_sync_and_migrates,
     large_messages_migrate_within_the_bound,
+    a_permission_refused_mid_migration_is_a_refusal,
 );
