@@ -2,6 +2,7 @@
 //! reported at its file, line and column before anything reaches a broker.
 
 mod files;
+pub mod keys;
 mod parse;
 mod validate;
 

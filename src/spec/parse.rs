@@ -9,6 +9,7 @@ use std::time::Duration;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
+use super::keys::{self, Key};
 use crate::diagnostic::{Diagnostic, FileId};
 use crate::topology::duration;
 
@@ -112,41 +113,6 @@ pub(super) struct Inherited {
     pub jitter: bool,
 }
 
-/// Key, what its value must be, and an example to show in a hint.
-const TOPOLOGY_KEYS: &[(&str, &str, &str)] = &[
-    ("exchange", "a string", r#"exchange = "orders""#),
-    ("exchange_type", "a string", r#"exchange_type = "topic"  # direct | topic | fanout"#),
-    ("routing_keys", "an array of strings", r#"routing_keys = ["order.created", "order.paid"]"#),
-    ("delays", "an array of durations", r#"delays = ["5s", "30s", "5m"]"#),
-    ("max_attempts", "an integer", "max_attempts = 4"),
-    ("backoff", "a table", r#"backoff = { initial = "1s", multiplier = 2.0, max = "1m" }"#),
-    ("strategy", "a string", r#"strategy = "republish"  # republish | chain | native"#),
-    ("queue_type", "a string", r#"queue_type = "quorum"  # quorum | classic"#),
-    ("queue", "a string", r#"queue = "orders""#),
-    ("retry_exchange", "a string", r#"retry_exchange = "orders.retry""#),
-    ("dead_letter_exchange", "a string", r#"dead_letter_exchange = "orders.dlx""#),
-    ("dead_letter_queue", "a string", r#"dead_letter_queue = "orders.dlq""#),
-    ("delivery_limit", "an integer", "delivery_limit = 20"),
-    ("jitter", "a number", "jitter = 0.3  # each hop's delay spread over [delay, delay * 1.3]"),
-    ("jitter_buckets", "an integer", "jitter_buckets = 5"),
-    ("idempotency_key", "a string or a table", r#"idempotency_key = "message_id"  # or { header = "order-id" }"#),
-];
-
-const TOP_LEVEL_KEYS: &[(&str, &str, &str)] = &[
-    ("vhost", "a string", r#"vhost = "/""#),
-    ("defaults", "a table", "[defaults]"),
-    ("topology", "a table", "[topology.orders]"),
-];
-
-const BACKOFF_KEYS: &[(&str, &str, &str)] = &[
-    ("initial", "a duration", r#"initial = "1s""#),
-    ("multiplier", "a number", "multiplier = 2.0"),
-    ("max", "a duration", r#"max = "1m""#),
-    ("shape", "a string", r#"shape = "linear"  # exponential | linear"#),
-];
-
-const KEY_KEYS: &[(&str, &str, &str)] = &[("header", "a string", r#"idempotency_key = { header = "order-id" }"#)];
-
 pub(super) fn parse_file(file: FileId, text: &str, diags: &mut Vec<Diagnostic>) -> Vec<Draft> {
     let root = match DeTable::parse(text) {
         Ok(root) => root,
@@ -162,12 +128,12 @@ pub(super) fn parse_file(file: FileId, text: &str, diags: &mut Vec<Diagnostic>) 
     };
     let root = root.get_ref();
     let mut p = Parser { file, diags };
-    p.check_keys(root, TOP_LEVEL_KEYS, "the top level", top_level_hint);
+    p.check_keys(root, keys::TOP_LEVEL, "the top level", top_level_hint);
 
-    let vhost = root.get("vhost").and_then(|v| p.string("vhost", v, TOP_LEVEL_KEYS));
+    let vhost = root.get("vhost").and_then(|v| p.string("vhost", v, keys::TOP_LEVEL));
     let defaults = root
         .get("defaults")
-        .and_then(|v| p.table("defaults", v, TOP_LEVEL_KEYS))
+        .and_then(|v| p.table("defaults", v, keys::TOP_LEVEL))
         .map(|t| p.fields(t, "[defaults]"))
         .unwrap_or_default();
 
@@ -180,7 +146,7 @@ pub(super) fn parse_file(file: FileId, text: &str, diags: &mut Vec<Diagnostic>) 
         );
         return drafts;
     };
-    let Some(topologies) = p.table("topology", topology, TOP_LEVEL_KEYS) else {
+    let Some(topologies) = p.table("topology", topology, keys::TOP_LEVEL) else {
         return drafts;
     };
     if topologies.is_empty() {
@@ -215,9 +181,9 @@ pub(super) fn parse_file(file: FileId, text: &str, diags: &mut Vec<Diagnostic>) 
 }
 
 fn top_level_hint(key: &str) -> Option<String> {
-    TOPOLOGY_KEYS
+    keys::TOPOLOGY
         .iter()
-        .any(|(k, _, _)| *k == key)
+        .any(|k| k.name == key)
         .then(|| format!("`{key}` belongs inside a [topology.NAME] or [defaults] section"))
 }
 
@@ -233,22 +199,16 @@ impl Parser<'_> {
         Loc { value, file: self.file, span }
     }
 
-    fn check_keys(
-        &mut self,
-        table: &DeTable,
-        known: &[(&str, &str, &str)],
-        context: &str,
-        extra_hint: fn(&str) -> Option<String>,
-    ) {
+    fn check_keys(&mut self, table: &DeTable, known: &[Key], context: &str, extra_hint: fn(&str) -> Option<String>) {
         for (key, _) in table.iter() {
             let name: &str = key.get_ref();
-            if known.iter().any(|(k, _, _)| *k == name) {
+            if known.iter().any(|k| k.name == name) {
                 continue;
             }
             let hint = extra_hint(name)
                 .or_else(|| closest(name, known).map(|k| format!("did you mean `{k}`?")))
                 .unwrap_or_else(|| {
-                    let names: Vec<_> = known.iter().map(|(k, _, _)| format!("`{k}`")).collect();
+                    let names: Vec<_> = known.iter().map(|k| format!("`{}`", k.name)).collect();
                     format!("known keys here: {}", names.join(", "))
                 });
             self.diags.push(
@@ -259,8 +219,8 @@ impl Parser<'_> {
         }
     }
 
-    fn type_error(&mut self, key: &str, value: &Value, expected: &str, known: &[(&str, &str, &str)]) {
-        let example = known.iter().find(|(k, _, _)| *k == key).map(|(_, _, e)| *e).unwrap_or("");
+    fn type_error(&mut self, key: &str, value: &Value, expected: &str, known: &[Key]) {
+        let example = Key::find(known, key).map_or("", |k| k.example);
         self.diags.push(
             Diagnostic::new(
                 self.file,
@@ -272,7 +232,7 @@ impl Parser<'_> {
         );
     }
 
-    fn string(&mut self, key: &str, value: &Value, known: &[(&str, &str, &str)]) -> Option<Loc<String>> {
+    fn string(&mut self, key: &str, value: &Value, known: &[Key]) -> Option<Loc<String>> {
         match value.get_ref() {
             DeValue::String(s) => Some(self.loc(s.to_string(), value.span())),
             _ => {
@@ -282,7 +242,7 @@ impl Parser<'_> {
         }
     }
 
-    fn integer(&mut self, key: &str, value: &Value, known: &[(&str, &str, &str)]) -> Option<Loc<i64>> {
+    fn integer(&mut self, key: &str, value: &Value, known: &[Key]) -> Option<Loc<i64>> {
         match value.get_ref() {
             DeValue::Integer(i) => match i64::from_str_radix(i.as_str(), i.radix()) {
                 Ok(n) => Some(self.loc(n, value.span())),
@@ -305,7 +265,7 @@ impl Parser<'_> {
         }
     }
 
-    fn number(&mut self, key: &str, value: &Value, known: &[(&str, &str, &str)]) -> Option<Loc<f64>> {
+    fn number(&mut self, key: &str, value: &Value, known: &[Key]) -> Option<Loc<f64>> {
         let parsed = match value.get_ref() {
             DeValue::Float(f) => f.as_str().parse::<f64>().ok(),
             DeValue::Integer(i) => i64::from_str_radix(i.as_str(), i.radix()).ok().map(|n| n as f64),
@@ -328,7 +288,7 @@ impl Parser<'_> {
         }
     }
 
-    fn duration(&mut self, key: &str, value: &Value, known: &[(&str, &str, &str)]) -> Option<Loc<Duration>> {
+    fn duration(&mut self, key: &str, value: &Value, known: &[Key]) -> Option<Loc<Duration>> {
         let text = self.string(key, value, known)?;
         match duration::parse(&text.value) {
             Ok(d) => Some(self.loc(d, text.span)),
@@ -339,12 +299,7 @@ impl Parser<'_> {
         }
     }
 
-    fn table<'a, 'i>(
-        &mut self,
-        key: &str,
-        value: &'a Value<'i>,
-        known: &[(&str, &str, &str)],
-    ) -> Option<&'a DeTable<'i>> {
+    fn table<'a, 'i>(&mut self, key: &str, value: &'a Value<'i>, known: &[Key]) -> Option<&'a DeTable<'i>> {
         match value.get_ref() {
             DeValue::Table(t) => Some(t),
             _ => {
@@ -358,20 +313,20 @@ impl Parser<'_> {
         match value.get_ref() {
             DeValue::Array(a) => Some(a.as_ref()),
             _ => {
-                self.type_error(key, value, expected, TOPOLOGY_KEYS);
+                self.type_error(key, value, expected, keys::TOPOLOGY);
                 None
             }
         }
     }
 
     fn fields(&mut self, table: &DeTable, context: &str) -> Fields {
-        self.check_keys(table, TOPOLOGY_KEYS, context, |key| {
+        self.check_keys(table, keys::TOPOLOGY, context, |key| {
             (key == "vhost").then(|| "`vhost` is set once per file, at the top, before any section".to_string())
         });
-        let k = TOPOLOGY_KEYS;
+        let k = keys::TOPOLOGY;
         let mut f = Fields::default();
         for (key, value) in table.iter() {
-            let Some(&(key, _, _)) = TOPOLOGY_KEYS.iter().find(|(k, _, _)| *k == key.get_ref()) else { continue };
+            let Some(key) = Key::find(keys::TOPOLOGY, key.get_ref()).map(|k| k.name) else { continue };
             let before = self.diags.len();
             match key {
                 "exchange" => f.exchange = self.string(key, value, k),
@@ -414,8 +369,8 @@ impl Parser<'_> {
     }
 
     fn backoff(&mut self, table: &DeTable, span: Range<usize>, context: &str) -> Loc<Backoff> {
-        self.check_keys(table, BACKOFF_KEYS, &format!("`backoff` of {context}"), |_| None);
-        let k = BACKOFF_KEYS;
+        self.check_keys(table, keys::BACKOFF, &format!("`backoff` of {context}"), |_| None);
+        let k = keys::BACKOFF;
         let mut b = Backoff { initial: None, multiplier: None, max: None, shape: None };
         for (key, value) in table.iter() {
             let key: &str = key.get_ref();
@@ -435,11 +390,11 @@ impl Parser<'_> {
     fn idempotency_key(&mut self, value: &Value, context: &str) -> Option<KeyDraft> {
         let key = "idempotency_key";
         match value.get_ref() {
-            DeValue::String(_) => self.string(key, value, TOPOLOGY_KEYS).map(KeyDraft::Named),
+            DeValue::String(_) => self.string(key, value, keys::TOPOLOGY).map(KeyDraft::Named),
             DeValue::Table(table) => {
-                self.check_keys(table, KEY_KEYS, &format!("`idempotency_key` of {context}"), |_| None);
+                self.check_keys(table, keys::IDEMPOTENCY_KEY, &format!("`idempotency_key` of {context}"), |_| None);
                 match table.get("header") {
-                    Some(header) => self.string("header", header, KEY_KEYS).map(KeyDraft::Header),
+                    Some(header) => self.string("header", header, keys::IDEMPOTENCY_KEY).map(KeyDraft::Header),
                     None => {
                         self.diags.push(
                             Diagnostic::new(self.file, value.span(), "`idempotency_key` names no header")
@@ -451,7 +406,7 @@ impl Parser<'_> {
                 }
             }
             _ => {
-                self.type_error(key, value, "a string or a table", TOPOLOGY_KEYS);
+                self.type_error(key, value, "a string or a table", keys::TOPOLOGY);
                 None
             }
         }
@@ -471,11 +426,34 @@ fn describe(value: &DeValue) -> Cow<'static, str> {
 }
 
 /// The known key a misspelt one most likely meant.
-fn closest<'k>(name: &str, known: &[(&'k str, &str, &str)]) -> Option<&'k str> {
+fn closest(name: &str, known: &[Key]) -> Option<&'static str> {
     known
         .iter()
-        .map(|(k, _, _)| (*k, strsim::jaro_winkler(name, k)))
+        .map(|k| (k.name, strsim::jaro_winkler(name, k.name)))
         .filter(|(_, score)| *score > 0.8)
         .max_by(|a, b| a.1.total_cmp(&b.1))
         .map(|(k, _)| k)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every key of the table is read, and inherited from `[defaults]`: a key added to the
+    /// table but not to `fields` or `Fields::or` would be accepted and then silently dropped.
+    #[test]
+    fn every_key_is_read_and_inherited() {
+        let empty = parse_file(0, "[topology.t]\n", &mut Vec::new());
+        for key in keys::TOPOLOGY {
+            let mut diags = Vec::new();
+            let drafts = parse_file(0, &format!("[defaults]\n{}\n[topology.t]\n", key.example), &mut diags);
+            assert!(diags.is_empty(), "{}: {diags:?}", key.name);
+            assert_ne!(
+                format!("{:?}", drafts[0].fields),
+                format!("{:?}", empty[0].fields),
+                "`{}` in [defaults] does not reach the topology",
+                key.name
+            );
+        }
+    }
 }
