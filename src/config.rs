@@ -14,6 +14,10 @@ use toml::de::{DeTable, DeValue};
 use crate::broker::{self, Password, Settings, tls::Tls};
 use crate::diagnostic::{Diagnostic, Sources, SpecError};
 
+mod setting;
+
+pub use setting::Setting;
+
 pub const DEFAULT_AMQP_URL: &str = "amqp://localhost:5672";
 
 /// Where a setting came from.
@@ -47,6 +51,24 @@ impl std::fmt::Display for Origin {
             Origin::Default => write!(f, "default"),
         }
     }
+}
+
+impl Origin {
+    /// The flag or variable, as a message names it: "HOPPER_PASSWORD_FILE".
+    fn name(&self) -> &'static str {
+        match self {
+            Origin::Flag { flag } => flag,
+            Origin::Env { variable } => variable,
+            Origin::Context { .. } => "the context",
+            Origin::Url => "the AMQP URL",
+            Origin::Default => "the default",
+        }
+    }
+}
+
+/// The origin of a setting given by its flag.
+fn flag_of(setting: Setting) -> Origin {
+    Origin::Flag { flag: setting.flag().unwrap_or("a flag") }
 }
 
 /// A value and where it came from.
@@ -139,10 +161,15 @@ pub fn config_path(env: &dyn Fn(&str) -> Option<String>) -> PathBuf {
 /// environment (injected, so that resolution is testable).
 pub fn resolve(flags: &Flags, env: &dyn Fn(&str) -> Option<String>) -> Result<Resolution> {
     let env = |name: &str| env(name).filter(|v| !v.is_empty());
+    // A setting's environment variable, when it is set, and the origin to record.
+    let variable = |setting: Setting| {
+        let variable = setting.variable()?;
+        env(variable).map(|value| (value, Origin::Env { variable }))
+    };
     let config_file = config_path(&env);
-    let context_name = match (&flags.context, env("HOPPER_CONTEXT")) {
-        (Some(name), _) => Some(Resolved { value: name.clone(), origin: Origin::Flag { flag: "--context" } }),
-        (None, Some(name)) => Some(Resolved { value: name, origin: Origin::Env { variable: "HOPPER_CONTEXT" } }),
+    let context_name = match (&flags.context, variable(Setting::Context)) {
+        (Some(name), _) => Some(Resolved { value: name.clone(), origin: flag_of(Setting::Context) }),
+        (None, Some((name, origin))) => Some(Resolved { value: name, origin }),
         (None, None) => None,
     };
     let context = match &context_name {
@@ -154,11 +181,11 @@ pub fn resolve(flags: &Flags, env: &dyn Fn(&str) -> Option<String>) -> Result<Re
         file: config_file.clone(),
     };
     // One setting: the flag, the variable, the context's key, in that order.
-    let pick = |flag: Option<String>, flag_name: &'static str, variable: &'static str, key: Option<String>| {
+    let pick = |flag: Option<String>, setting: Setting, key: Option<String>| {
         if let Some(value) = flag {
-            Some(Resolved { value, origin: Origin::Flag { flag: flag_name } })
-        } else if let Some(value) = env(variable) {
-            Some(Resolved { value, origin: Origin::Env { variable } })
+            Some(Resolved { value, origin: flag_of(setting) })
+        } else if let Some((value, origin)) = variable(setting) {
+            Some(Resolved { value, origin })
         } else {
             key.map(|value| Resolved { value, origin: from_context() })
         }
@@ -166,30 +193,28 @@ pub fn resolve(flags: &Flags, env: &dyn Fn(&str) -> Option<String>) -> Result<Re
     let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
     let as_path = |r: Option<Resolved<String>>| r.map(|r| Resolved { value: PathBuf::from(r.value), origin: r.origin });
 
-    let amqp_url = pick(flags.amqp_url.clone(), "--amqp-url", "HOPPER_AMQP_URL", context.amqp_url.clone())
+    let amqp_url = pick(flags.amqp_url.clone(), Setting::AmqpUrl, context.amqp_url.clone())
         .unwrap_or(Resolved { value: DEFAULT_AMQP_URL.to_string(), origin: Origin::Default });
-    let management_url =
-        pick(flags.management_url.clone(), "--management-url", "HOPPER_MANAGEMENT_URL", context.management_url.clone());
+    let management_url = pick(flags.management_url.clone(), Setting::ManagementUrl, context.management_url.clone());
     let (url_user, url_password) = userinfo(&amqp_url.value);
-    let username = pick(flags.username.clone(), "--username", "HOPPER_USERNAME", context.username.clone())
+    let username = pick(flags.username.clone(), Setting::Username, context.username.clone())
         .or_else(|| url_user.map(|user| Resolved { value: user, origin: Origin::Url }))
         .unwrap_or(Resolved { value: "guest".into(), origin: Origin::Default });
 
     let password = if let Some(file) = &flags.password_file {
-        Resolved { value: password_file(file, "--password-file")?, origin: Origin::Flag { flag: "--password-file" } }
+        let origin = flag_of(Setting::PasswordFile);
+        Resolved { value: password_file(file, origin.name())?, origin }
     } else {
-        match (env("HOPPER_PASSWORD_FILE"), env("HOPPER_PASSWORD")) {
-            (Some(_), Some(_)) => bail!(
-                "both HOPPER_PASSWORD_FILE and HOPPER_PASSWORD are set: set only one (the file keeps the password out of the environment)"
+        match (variable(Setting::PasswordFile), variable(Setting::Password)) {
+            (Some((_, file)), Some((_, secret))) => bail!(
+                "both {} and {} are set: set only one (the file keeps the password out of the environment)",
+                file.name(),
+                secret.name()
             ),
-            (Some(file), None) => Resolved {
-                value: password_file(Path::new(&file), "HOPPER_PASSWORD_FILE")?,
-                origin: Origin::Env { variable: "HOPPER_PASSWORD_FILE" },
-            },
-            (None, Some(secret)) => Resolved {
-                value: PasswordSetting { password: Password::new(secret), file: None },
-                origin: Origin::Env { variable: "HOPPER_PASSWORD" },
-            },
+            (Some((file, origin)), None) => Resolved { value: password_file(Path::new(&file), origin.name())?, origin },
+            (None, Some((secret, origin))) => {
+                Resolved { value: PasswordSetting { password: Password::new(secret), file: None }, origin }
+            }
             (None, None) => match (&context.password_file, url_password) {
                 (Some(file), _) => {
                     Resolved { value: password_file(file, "the context's password_file")?, origin: from_context() }
@@ -205,26 +230,15 @@ pub fn resolve(flags: &Flags, env: &dyn Fn(&str) -> Option<String>) -> Result<Re
         }
     };
 
-    let tls_ca_cert_file = as_path(pick(
-        path(&flags.tls_ca_cert_file),
-        "--tls-ca-cert-file",
-        "HOPPER_TLS_CA_CERT_FILE",
-        path(&context.tls_ca_cert_file),
-    ));
-    let tls_cert_file = as_path(pick(
-        path(&flags.tls_cert_file),
-        "--tls-cert-file",
-        "HOPPER_TLS_CERT_FILE",
-        path(&context.tls_cert_file),
-    ));
-    let tls_key_file =
-        as_path(pick(path(&flags.tls_key_file), "--tls-key-file", "HOPPER_TLS_KEY_FILE", path(&context.tls_key_file)));
-    let timeout = match (flags.timeout, env("HOPPER_TIMEOUT"), context.timeout) {
-        (Some(t), _, _) => Resolved { value: t, origin: Origin::Flag { flag: "--timeout" } },
-        (None, Some(text), _) => Resolved {
-            value: parse_timeout(&text).map_err(|e| anyhow!("HOPPER_TIMEOUT: {e}"))?,
-            origin: Origin::Env { variable: "HOPPER_TIMEOUT" },
-        },
+    let tls_ca_cert_file =
+        as_path(pick(path(&flags.tls_ca_cert_file), Setting::TlsCaCertFile, path(&context.tls_ca_cert_file)));
+    let tls_cert_file = as_path(pick(path(&flags.tls_cert_file), Setting::TlsCertFile, path(&context.tls_cert_file)));
+    let tls_key_file = as_path(pick(path(&flags.tls_key_file), Setting::TlsKeyFile, path(&context.tls_key_file)));
+    let timeout = match (flags.timeout, variable(Setting::Timeout), context.timeout) {
+        (Some(t), _, _) => Resolved { value: t, origin: flag_of(Setting::Timeout) },
+        (None, Some((text, origin)), _) => {
+            Resolved { value: parse_timeout(&text).map_err(|e| anyhow!("{}: {e}", origin.name()))?, origin }
+        }
         (None, None, Some(t)) => Resolved { value: t, origin: from_context() },
         (None, None, None) => Resolved { value: broker::DEFAULT_TIMEOUT, origin: Origin::Default },
     };
@@ -313,19 +327,6 @@ fn password_file(path: &Path, given_by: &str) -> Result<PasswordSetting> {
 // ---------------------------------------------------------------------------------------------
 // The config file
 // ---------------------------------------------------------------------------------------------
-
-/// (key, what it holds, an example), as the spec's keys are described.
-const CONTEXT_KEYS: &[(&str, &str, &str)] = &[
-    ("amqp_url", "a string or an array of strings", r#"amqp_url = "amqps://rabbit-1.example.com:5671""#),
-    ("management_url", "a string or an array of strings", r#"management_url = "https://rabbit.example.com:15671/api""#),
-    ("username", "a string", r#"username = "deployer""#),
-    ("password_file", "a string", r#"password_file = "/run/secrets/rabbitmq""#),
-    ("tls_ca_cert_file", "a string", r#"tls_ca_cert_file = "/etc/hopper/ca.pem""#),
-    ("tls_cert_file", "a string", r#"tls_cert_file = "/etc/hopper/client.pem""#),
-    ("tls_key_file", "a string", r#"tls_key_file = "/etc/hopper/client.key""#),
-    ("vhost", "a string", r#"vhost = "orders""#),
-    ("timeout", "a duration", r#"timeout = "30s""#),
-];
 
 /// Reads one context of the config file; every problem in the file is reported, with
 /// file:line:col, as a spec's are.
@@ -419,9 +420,10 @@ pub fn parse(text: &str, file: &Path) -> (Vec<(String, Context)>, Vec<Diagnostic
     for (key, value) in root.get_ref().iter() {
         let key_name: &str = key.get_ref();
         if key_name != "context" {
-            diags.push(unknown(key.span(), key_name, "the top level", &[("context", "", "")]).hint(
-                "the config file holds contexts only: [context.NAME] sections with amqp_url, management_url, username, password_file, tls_*_file, vhost, timeout",
-            ));
+            diags.push(unknown(key.span(), key_name, "the top level", &["context"]).hint(format!(
+                "the config file holds contexts only: [context.NAME] sections with {}",
+                context_keys().join(", ")
+            )));
             continue;
         }
         let DeValue::Table(table) = value.get_ref() else {
@@ -456,25 +458,35 @@ fn context(fields: &DeTable, name: &str, dir: &Path, diags: &mut Vec<Diagnostic>
     for (key, value) in fields.iter() {
         let key_name: &str = key.get_ref();
         let span = value.span();
+        let Some(setting) = Setting::of_key(key_name) else {
+            diags.push(if key_name == "password" {
+                Diagnostic::new(0, key.span(), format!("unknown key `password` in {where_}"))
+                    .label("unknown key")
+                    .hint("a password never sits in the config file: name a file that holds it with password_file, or set HOPPER_PASSWORD")
+            } else {
+                unknown(key.span(), key_name, &where_, &context_keys())
+            });
+            continue;
+        };
         let string = |diags: &mut Vec<Diagnostic>| match value.get_ref() {
             DeValue::String(s) => Some(s.to_string()),
             _ => {
-                diags.push(type_error(span.clone(), key_name, "a string"));
+                diags.push(type_error(span.clone(), setting));
                 None
             }
         };
         let file = |diags: &mut Vec<Diagnostic>| string(diags).map(|s| dir.join(s));
-        match key_name {
+        match setting {
             // A list names a cluster's nodes, tried in turn; kept as the flags take it.
-            "amqp_url" => c.amqp_url = url_list(value.get_ref(), span.clone(), key_name, diags),
-            "management_url" => c.management_url = url_list(value.get_ref(), span.clone(), key_name, diags),
-            "username" => c.username = string(diags),
-            "password_file" => c.password_file = file(diags),
-            "tls_ca_cert_file" => c.tls_ca_cert_file = file(diags),
-            "tls_cert_file" => c.tls_cert_file = file(diags),
-            "tls_key_file" => c.tls_key_file = file(diags),
-            "vhost" => c.vhost = string(diags),
-            "timeout" => {
+            Setting::AmqpUrl => c.amqp_url = url_list(value.get_ref(), span.clone(), setting, diags),
+            Setting::ManagementUrl => c.management_url = url_list(value.get_ref(), span.clone(), setting, diags),
+            Setting::Username => c.username = string(diags),
+            Setting::PasswordFile => c.password_file = file(diags),
+            Setting::TlsCaCertFile => c.tls_ca_cert_file = file(diags),
+            Setting::TlsCertFile => c.tls_cert_file = file(diags),
+            Setting::TlsKeyFile => c.tls_key_file = file(diags),
+            Setting::Vhost => c.vhost = string(diags),
+            Setting::Timeout => {
                 c.timeout = string(diags).and_then(|s| match parse_timeout(&s) {
                     Ok(d) => Some(d),
                     Err(e) => {
@@ -483,33 +495,34 @@ fn context(fields: &DeTable, name: &str, dir: &Path, diags: &mut Vec<Diagnostic>
                     }
                 })
             }
-            "password" => diags.push(
-                Diagnostic::new(0, key.span(), format!("unknown key `password` in {where_}"))
-                    .label("unknown key")
-                    .hint("a password never sits in the config file: name a file that holds it with password_file, or set HOPPER_PASSWORD"),
-            ),
-            other => diags.push(unknown(key.span(), other, &where_, CONTEXT_KEYS)),
+            // Settings without a key: `of_key` never names them.
+            Setting::Context | Setting::Password => {}
         }
     }
     c
 }
 
-fn unknown(span: Range<usize>, name: &str, context: &str, known: &[(&str, &str, &str)]) -> Diagnostic {
+/// The keys a context may hold.
+fn context_keys() -> Vec<&'static str> {
+    Setting::ALL.iter().filter_map(|s| s.key()).collect()
+}
+
+fn unknown(span: Range<usize>, name: &str, context: &str, known: &[&str]) -> Diagnostic {
     let hint = known
         .iter()
-        .map(|(k, _, _)| (*k, strsim::jaro_winkler(name, k)))
+        .map(|k| (*k, strsim::jaro_winkler(name, k)))
         .filter(|(_, score)| *score > 0.8)
         .max_by(|a, b| a.1.total_cmp(&b.1))
         .map(|(k, _)| format!("did you mean `{k}`?"))
         .unwrap_or_else(|| {
-            let names: Vec<_> = known.iter().map(|(k, _, _)| format!("`{k}`")).collect();
+            let names: Vec<_> = known.iter().map(|k| format!("`{k}`")).collect();
             format!("known keys here: {}", names.join(", "))
         });
     Diagnostic::new(0, span, format!("unknown key `{name}` in {context}")).label("unknown key").hint(hint)
 }
 
 /// A URL or a list of them (a cluster's nodes), comma-joined as the flags take them.
-fn url_list(value: &DeValue, span: Range<usize>, key: &str, diags: &mut Vec<Diagnostic>) -> Option<String> {
+fn url_list(value: &DeValue, span: Range<usize>, setting: Setting, diags: &mut Vec<Diagnostic>) -> Option<String> {
     let urls: Option<Vec<String>> = match value {
         DeValue::String(s) => Some(vec![s.to_string()]),
         DeValue::Array(items) => items
@@ -522,16 +535,16 @@ fn url_list(value: &DeValue, span: Range<usize>, key: &str, diags: &mut Vec<Diag
         _ => None,
     };
     if urls.is_none() {
-        diags.push(type_error(span, key, "a string or an array of strings"));
+        diags.push(type_error(span, setting));
     }
     urls.map(|u| u.join(","))
 }
 
-fn type_error(span: Range<usize>, key: &str, expected: &str) -> Diagnostic {
-    let example = CONTEXT_KEYS.iter().find(|(k, _, _)| *k == key).map(|(_, _, e)| *e).unwrap_or("");
+fn type_error(span: Range<usize>, setting: Setting) -> Diagnostic {
+    let (key, expected) = (setting.name(), setting.holds());
     Diagnostic::new(0, span, format!("`{key}` must be {expected}"))
         .label(format!("expected {expected}"))
-        .hint(format!("for example: {example}"))
+        .hint(format!("for example: {}", setting.example()))
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use super::BrokerArgs;
 use crate::Exit;
 use crate::broker::{Endpoint, redact, uri};
-use crate::config::{Origin, Resolution, Resolved};
+use crate::config::{Origin, Resolution, Resolved, Setting};
 use crate::output::{self, Format};
 
 #[derive(Debug, clap::Subcommand)]
@@ -105,48 +105,52 @@ fn rows(r: &Resolution, endpoint: Option<&Endpoint>) -> Vec<Row> {
         Ok(nodes) => nodes.iter().map(ToString::to_string).collect::<Vec<_>>().join(","),
         Err(_) => redact(&r.amqp_url.value),
     };
-    let mut rows = vec![row("amqp_url", &r.amqp_url, amqp_urls)];
+    let mut rows = vec![row(Setting::AmqpUrl.name(), &r.amqp_url, amqp_urls)];
     rows.push(match (&r.management_url, endpoint) {
-        (Some(m), _) => row("management_url", m, redact(&m.value)),
+        (Some(m), _) => row(Setting::ManagementUrl.name(), m, redact(&m.value)),
         (None, Some(e)) => Row {
-            name: "management_url",
+            name: Setting::ManagementUrl.name(),
             shown: e.management_url.clone(),
             from: "default: the first AMQP node's host".into(),
             origin: Some(Origin::Default),
             file: None,
         },
         (None, None) => Row {
-            name: "management_url",
+            name: Setting::ManagementUrl.name(),
             shown: "(from the AMQP URL)".into(),
             from: "default".into(),
             origin: Some(Origin::Default),
             file: None,
         },
     });
-    rows.push(row("username", &r.username, r.username.value.clone()));
-    let mut password = row("password", &r.password, "***".into());
+    rows.push(row(Setting::Username.name(), &r.username, r.username.value.clone()));
+    let mut password = row(Setting::Password.name(), &r.password, "***".into());
     if let Some(file) = &r.password.value.file {
         password.from = format!("file {}, {}", file.display(), password.from);
         password.file = Some(file.display().to_string());
     }
     rows.push(password);
-    rows.push(path(&r.tls_ca_cert_file, "tls_ca_cert_file"));
-    rows.push(path(&r.tls_cert_file, "tls_cert_file"));
-    rows.push(path(&r.tls_key_file, "tls_key_file"));
+    rows.push(path(&r.tls_ca_cert_file, Setting::TlsCaCertFile.name()));
+    rows.push(path(&r.tls_cert_file, Setting::TlsCertFile.name()));
+    rows.push(path(&r.tls_key_file, Setting::TlsKeyFile.name()));
     let url_vhost = nodes.iter().flatten().find_map(|n| n.vhost.clone());
     rows.push(match (&r.vhost, url_vhost) {
-        (_, Some(vhost)) => {
-            Row { name: "vhost", shown: vhost, from: Origin::Url.to_string(), origin: Some(Origin::Url), file: None }
-        }
-        (Some(v), None) => row("vhost", v, v.value.clone()),
+        (_, Some(vhost)) => Row {
+            name: Setting::Vhost.name(),
+            shown: vhost,
+            from: Origin::Url.to_string(),
+            origin: Some(Origin::Url),
+            file: None,
+        },
+        (Some(v), None) => row(Setting::Vhost.name(), v, v.value.clone()),
         (None, None) => Row {
-            name: "vhost",
+            name: Setting::Vhost.name(),
             shown: "/".into(),
             from: "default; a spec names its own, --vhost overrides".into(),
             origin: Some(Origin::Default),
             file: None,
         },
     });
-    rows.push(row("timeout", &r.timeout, humantime::format_duration(r.timeout.value).to_string()));
+    rows.push(row(Setting::Timeout.name(), &r.timeout, humantime::format_duration(r.timeout.value).to_string()));
     rows
 }

@@ -22,6 +22,7 @@ use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::broker::Endpoint;
+use crate::config::Setting;
 use crate::output::{self, Format, Verbosity};
 use crate::spec::{self, LoadError, Spec};
 use crate::{Exit, ExitCodes};
@@ -272,41 +273,27 @@ pub fn vhost_name(value: &str) -> Result<String, String> {
 
 /// How to reach the broker. Each flag has an environment variable; a context of the config file
 /// (`--context`) fills in what neither says. The environment is read in `crate::config`, not by
-/// clap, so that `hopper config show` can say where each setting came from.
+/// clap, so that `hopper config show` can say where each setting came from; each flag's help is
+/// its `config::Setting`'s.
 #[derive(Debug, Clone, clap::Args)]
-#[command(next_help_heading = "Broker")]
 pub struct BrokerArgs {
-    /// The context of the config file to use [env: HOPPER_CONTEXT]; the file is HOPPER_CONFIG,
-    /// else ~/.config/hopper/config.toml.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, help_heading = "Broker", value_name = "NAME", help = Setting::Context.help())]
     pub context: Option<String>,
-    /// AMQP URL (amqp:// or amqps://); several, comma-separated, name the nodes of a cluster,
-    /// tried in turn [env: HOPPER_AMQP_URL] [default: amqp://localhost:5672].
-    #[arg(long, value_name = "URL")]
+    #[arg(long, help_heading = "Broker", value_name = "URL", help = Setting::AmqpUrl.help())]
     pub amqp_url: Option<String>,
-    /// Management API base URL, http:// or https:// [env: HOPPER_MANAGEMENT_URL] [default: the
-    /// first node's host, port 15672 (15671 for amqps), path /api].
-    #[arg(long, value_name = "URL")]
+    #[arg(long, help_heading = "Broker", value_name = "URL", help = Setting::ManagementUrl.help())]
     pub management_url: Option<String>,
-    /// User for both endpoints, instead of the URL's [env: HOPPER_USERNAME] [default: guest].
-    #[arg(long, value_name = "USER")]
+    #[arg(long, help_heading = "Broker", value_name = "USER", help = Setting::Username.help())]
     pub username: Option<String>,
-    /// A file holding the password (its first line), so that it is in no URL and no process
-    /// list [env: HOPPER_PASSWORD_FILE; or the password itself in HOPPER_PASSWORD].
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, help_heading = "Broker", value_name = "FILE", help = Setting::PasswordFile.help())]
     pub password_file: Option<PathBuf>,
-    /// PEM file of a CA to trust, besides the system's [env: HOPPER_TLS_CA_CERT_FILE].
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, help_heading = "Broker", value_name = "FILE", help = Setting::TlsCaCertFile.help())]
     pub tls_ca_cert_file: Option<PathBuf>,
-    /// PEM client certificate, for brokers that require one [env: HOPPER_TLS_CERT_FILE].
-    #[arg(long, value_name = "FILE", requires = "tls_key_file")]
+    #[arg(long, help_heading = "Broker", value_name = "FILE", requires = "tls_key_file", help = Setting::TlsCertFile.help())]
     pub tls_cert_file: Option<PathBuf>,
-    /// PEM private key of the client certificate [env: HOPPER_TLS_KEY_FILE].
-    #[arg(long, value_name = "FILE", requires = "tls_cert_file")]
+    #[arg(long, help_heading = "Broker", value_name = "FILE", requires = "tls_cert_file", help = Setting::TlsKeyFile.help())]
     pub tls_key_file: Option<PathBuf>,
-    /// How long to wait to connect, for a TLS handshake and for each request: 30s, 2m, 500ms
-    /// [env: HOPPER_TIMEOUT] [default: 30s].
-    #[arg(long, value_name = "DURATION", value_parser = crate::config::parse_timeout)]
+    #[arg(long, help_heading = "Broker", value_name = "DURATION", value_parser = crate::config::parse_timeout, help = Setting::Timeout.help())]
     pub timeout: Option<std::time::Duration>,
 }
 
