@@ -20,6 +20,7 @@ mod migrate;
 mod props;
 mod prune;
 mod redrive;
+mod reference;
 mod safety;
 mod schema;
 mod spec_errors;
