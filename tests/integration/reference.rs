@@ -107,7 +107,7 @@ fn reference(command: &clap::Command, path: &str, out: &mut String) {
         }
         writeln!(out, "## `{path}`\n").unwrap();
         if let Some(about) = sub.get_about() {
-            writeln!(out, "{about}\n").unwrap();
+            writeln!(out, "{}\n", outside_code(&about.to_string())).unwrap();
         }
         let usage = sub.clone().bin_name(&path).render_usage().to_string();
         writeln!(out, "```text\n{}\n```\n", usage.trim_start_matches("Usage: ")).unwrap();
@@ -116,6 +116,15 @@ fn reference(command: &clap::Command, path: &str, out: &mut String) {
         }
         arguments(sub.get_arguments().filter(|a| !a.is_global_set() && !is_broker(a)), out);
     }
+}
+
+/// Help text as Markdown shows it: `<` and `>` outside code spans are text, not HTML tags.
+fn outside_code(text: &str) -> String {
+    text.split('`')
+        .enumerate()
+        .map(|(i, part)| if i % 2 == 1 { part.to_string() } else { part.replace('<', "&lt;").replace('>', "&gt;") })
+        .collect::<Vec<_>>()
+        .join("`")
 }
 
 fn is_broker(arg: &clap::Arg) -> bool {
@@ -144,7 +153,7 @@ fn arguments<'a>(args: impl Iterator<Item = &'a clap::Arg>, out: &mut String) {
             String::new()
         };
         let help = arg.get_long_help().or(arg.get_help()).map(|h| h.to_string()).unwrap_or_default();
-        let help = help.replace("\n\n", " ").replace('\n', " ").replace('|', "\\|");
+        let help = outside_code(&help.replace("\n\n", " ").replace('\n', " ").replace('|', "\\|"));
         let possible: Vec<_> = arg.get_possible_values().iter().map(|v| format!("`{}`", v.get_name())).collect();
         let possible = if takes_values && !possible.is_empty() {
             format!(" One of {}.", possible.join(", "))
