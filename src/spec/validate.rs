@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use rustc_hash::FxHashMap;
 
-use super::parse::{Draft, Loc};
+use super::parse::{Draft, Fields, Loc};
 use super::{
     DEFAULT_JITTER_BUCKETS, ExchangeType, IdempotencyKey, Jitter, MAX_ATTEMPTS, MAX_JITTER_BUCKETS, MAX_TTL_MS,
     QueueType, Strategy, Topology, Vhosts,
@@ -151,10 +151,123 @@ fn topology(
         diags,
     );
 
-    let routing_keys = match (&f.routing_keys, exchange_type) {
+    let routing_keys = routing_keys(&f, exchange_type, draft.inherited.routing_keys, name, diags);
+
+    let max_attempts = max_attempts(&mut f, name, diags);
+    let hops = max_attempts.saturating_sub(1) as usize;
+    let hop_delays = if ["delays", "backoff", "max_attempts"].iter().any(|k| f.invalid.contains(k)) {
+        Vec::new() // already reported
+    } else {
+        hop_delays(name, &f.delays, &f.backoff, hops, draft.inherited.delays, diags)
+    };
+
+    // Names the user wrote are checked where they wrote them; names derived from the queue's
+    // name only for length, once the queue's own name is known to be good.
+    let queue = f.queue.clone().unwrap_or_else(|| name.clone());
+    let exchange = f.exchange.clone().unwrap_or_else(|| name.clone());
+    check_written_names(&f, diags);
+    let derived = |field: &Option<Loc<String>>, suffix: &str| {
+        field.clone().unwrap_or_else(|| Loc { value: format!("{}{suffix}", queue.value), ..queue.clone() })
+    };
+    let retry_exchange = derived(&f.retry_exchange, ".retry");
+    let dead_letter_exchange = derived(&f.dead_letter_exchange, ".dlx");
+    let dead_letter_queue = derived(&f.dead_letter_queue, ".dlq");
+
+    if strategy == Strategy::Native {
+        check_native(&f, queue_type, &hop_delays, diags);
+    }
+    if strategy == Strategy::Republish && hops > 0 {
+        check_not_like_a_hop(&queue, diags);
+    }
+
+    let jitter = jitter(&f, strategy, draft.inherited.jitter, name, diags);
+    if let (Some(j), Some(loc)) = (jitter, &f.jitter) {
+        check_jitter_within_ttl(j, loc, &hop_delays, diags);
+    }
+
+    let delivery_limit = delivery_limit(&f, queue_type, strategy, draft.inherited.delivery_limit, name, diags);
+
+    let vhost = vhost(vhosts, &draft.vhost, name, diags);
+
+    let topology = Topology {
+        name: name.value.clone(),
+        vhost,
+        exchange: exchange.value.as_str().into(),
+        exchange_type,
+        routing_keys,
+        hop_delays,
+        max_attempts,
+        strategy,
+        queue_type,
+        queue: queue.value.as_str().into(),
+        retry_exchange: retry_exchange.value.as_str().into(),
+        dead_letter_exchange: dead_letter_exchange.value.as_str().into(),
+        dead_letter_queue: dead_letter_queue.value.as_str().into(),
+        delivery_limit,
+        jitter,
+        idempotency_key: f.idempotency_key.as_ref().and_then(|k| idempotency_key(k, diags)),
+        file: sources.path(name.file).to_path_buf(),
+    };
+    Written {
+        explicit_dead_letter_queue: f.dead_letter_queue.is_some(),
+        explicit_retry_exchange: f.retry_exchange.is_some(),
+        explicit_dead_letter_exchange: f.dead_letter_exchange.is_some(),
+        topology,
+        origin: name.clone(),
+        queue,
+        dead_letter_queue,
+        exchange,
+        exchange_type: f.exchange_type.clone().unwrap_or_else(|| name.clone()),
+        retry_exchange,
+        dead_letter_exchange,
+    }
+}
+
+/// The names the user wrote, where they wrote them.
+fn check_written_names(f: &Fields, diags: &mut Vec<Diagnostic>) {
+    let written = [
+        (&f.queue, "queue name"),
+        (&f.exchange, "exchange name"),
+        (&f.retry_exchange, "retry exchange name"),
+        (&f.dead_letter_exchange, "dead-letter exchange name"),
+        (&f.dead_letter_queue, "dead-letter queue name"),
+    ];
+    for (field, what) in written {
+        if let Some(loc) = field {
+            check_name(loc, what, diags);
+        }
+    }
+}
+
+/// The longest hop, spread by its jitter, within the largest TTL RabbitMQ takes.
+fn check_jitter_within_ttl(j: Jitter, loc: &Loc<f64>, hop_delays: &[Duration], diags: &mut Vec<Diagnostic>) {
+    if let Some(longest) = hop_delays.iter().max()
+        && longest.as_millis() as f64 * (1.0 + j.fraction) > MAX_TTL_MS as f64
+    {
+        diags.push(
+            loc.diag(format!(
+                "with jitter {} the longest hop ({}) would wait longer than RabbitMQ's largest TTL (10 years)",
+                j.fraction,
+                super::format_duration(*longest)
+            ))
+            .label("too long")
+            .hint("RabbitMQ refuses an x-message-ttl above 315360000000 ms; lower the jitter or the delay"),
+        );
+    }
+}
+
+/// The keys binding the main queue: the spec's, its name's, or the one empty key of a fanout.
+fn routing_keys(
+    f: &Fields,
+    exchange_type: ExchangeType,
+    inherited: bool,
+    name: &Loc<String>,
+    diags: &mut Vec<Diagnostic>,
+) -> Vec<String> {
+    match (&f.routing_keys, exchange_type) {
         // An explicit empty list is how a fanout topology overrides keys from [defaults].
         (Some(keys), ExchangeType::Fanout) if keys.value.is_empty() => vec![String::new()],
-        (Some(keys), ExchangeType::Fanout) if draft.inherited.routing_keys => {
+        (Some(keys), ExchangeType::Fanout) if inherited => {
             diags.push(
                 name.diag(format!(
                     "topology `{}` has a fanout exchange, but inherits routing_keys from [defaults]",
@@ -203,9 +316,13 @@ fn topology(
             keys.value.iter().map(|k| k.value.clone()).collect()
         }
         (None, _) => vec![name.value.clone()],
-    };
+    }
+}
 
-    let max_attempts = match &f.max_attempts {
+/// Deliveries in total: the spec's, else one more than the delays; 1 where it was wrong (and
+/// marked invalid, so that the delays are not checked against it).
+fn max_attempts(f: &mut Fields, name: &Loc<String>, diags: &mut Vec<Diagnostic>) -> u32 {
+    match &f.max_attempts {
         Some(m) if m.value < 1 => {
             diags.push(
                 m.diag(format!("`max_attempts` must be at least 1, not {}", m.value))
@@ -239,49 +356,19 @@ fn topology(
                 1
             }
         },
-    };
-    let hops = max_attempts.saturating_sub(1) as usize;
-    let hop_delays = if ["delays", "backoff", "max_attempts"].iter().any(|k| f.invalid.contains(k)) {
-        Vec::new() // already reported
-    } else {
-        hop_delays(name, &f.delays, &f.backoff, hops, draft.inherited.delays, diags)
-    };
-
-    // Names the user wrote are checked where they wrote them; names derived from the queue's
-    // name only for length, once the queue's own name is known to be good.
-    let queue = f.queue.clone().unwrap_or_else(|| name.clone());
-    let exchange = f.exchange.clone().unwrap_or_else(|| name.clone());
-    let explicit = [
-        (&f.queue, "queue name"),
-        (&f.exchange, "exchange name"),
-        (&f.retry_exchange, "retry exchange name"),
-        (&f.dead_letter_exchange, "dead-letter exchange name"),
-        (&f.dead_letter_queue, "dead-letter queue name"),
-    ];
-    for (field, what) in explicit {
-        if let Some(loc) = field {
-            check_name(loc, what, diags);
-        }
     }
-    let derived = |field: &Option<Loc<String>>, suffix: &str| {
-        field.clone().unwrap_or_else(|| Loc { value: format!("{}{suffix}", queue.value), ..queue.clone() })
-    };
-    let retry_exchange = derived(&f.retry_exchange, ".retry");
-    let dead_letter_exchange = derived(&f.dead_letter_exchange, ".dlx");
-    let dead_letter_queue = derived(&f.dead_letter_queue, ".dlq");
+}
 
-    if strategy == Strategy::Native {
-        check_native(&f, queue_type, &hop_delays, diags);
-    }
-    // A wait queue returns a message through the retry exchange with the main queue's name as
-    // routing key, and hops are routed by their number (`<hop>.<bucket>` with jitter): a main
-    // queue named like one would also receive, at once, every retry of that hop.
+/// A wait queue returns a message through the retry exchange with the main queue's name as
+/// routing key, and hops are routed by their number (`<hop>.<bucket>` with jitter): a main
+/// queue named like one would also receive, at once, every retry of that hop.
+fn check_not_like_a_hop(queue: &Loc<String>, diags: &mut Vec<Diagnostic>) {
     let number = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
     let like_a_hop = match queue.value.split_once('.') {
         None => number(&queue.value),
         Some((hop, bucket)) => number(hop) && number(bucket),
     };
-    if strategy == Strategy::Republish && hops > 0 && like_a_hop {
+    if like_a_hop {
         diags.push(
             queue
                 .diag(format!("the main queue is named `{}`, like a hop number", queue.value))
@@ -289,26 +376,21 @@ fn topology(
                 .hint("the retry exchange routes hop numbers to wait queues and the main queue's name back to it: a queue named like a number would also receive that hop's retries at once; choose another name"),
         );
     }
+}
 
-    let jitter = jitter(&f, strategy, draft.inherited.jitter, name, diags);
-    if let (Some(j), Some(longest), Some(loc)) = (jitter, hop_delays.iter().max(), &f.jitter)
-        && longest.as_millis() as f64 * (1.0 + j.fraction) > MAX_TTL_MS as f64
-    {
-        diags.push(
-            loc.diag(format!(
-                "with jitter {} the longest hop ({}) would wait longer than RabbitMQ's largest TTL (10 years)",
-                j.fraction,
-                super::format_duration(*longest)
-            ))
-            .label("too long")
-            .hint("RabbitMQ refuses an x-message-ttl above 315360000000 ms; lower the jitter or the delay"),
-        );
-    }
-
-    let delivery_limit = match (queue_type, &f.delivery_limit) {
+/// The spec's `x-delivery-limit`, where the queue type has one.
+fn delivery_limit(
+    f: &Fields,
+    queue_type: QueueType,
+    strategy: Strategy,
+    inherited: bool,
+    name: &Loc<String>,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<i64> {
+    match (queue_type, &f.delivery_limit) {
         // Reported by check_native: the native limit counts retries.
         (_, Some(_)) if strategy == Strategy::Native => None,
-        (QueueType::Classic, Some(limit)) if draft.inherited.delivery_limit => {
+        (QueueType::Classic, Some(limit)) if inherited => {
             diags.push(
                 name.diag(format!(
                     "topology `{}` uses classic queues, but inherits delivery_limit from [defaults]",
@@ -340,9 +422,12 @@ fn topology(
             None
         }
         (QueueType::Quorum, limit) => limit.as_ref().map(|l| l.value),
-    };
+    }
+}
 
-    let vhost = match (vhosts, &draft.vhost) {
+/// The topology's vhost by the run's rule (`Vhosts`); empty where it is refused.
+fn vhost(vhosts: Vhosts<'_>, vhost: &Option<Loc<String>>, name: &Loc<String>, diags: &mut Vec<Diagnostic>) -> String {
+    match (vhosts, vhost) {
         (Vhosts::Override(v), _) => v.to_string(),
         (Vhosts::OfTheUrl(url), Some(v)) if v.value != url => {
             diags.push(
@@ -375,39 +460,6 @@ fn topology(
         (_, Some(v)) => v.value.clone(),
         (Vhosts::OfTheUrl(url), None) => url.to_string(),
         (Vhosts::AsWritten, None) => "/".to_string(),
-    };
-
-    let topology = Topology {
-        name: name.value.clone(),
-        vhost,
-        exchange: exchange.value.as_str().into(),
-        exchange_type,
-        routing_keys,
-        hop_delays,
-        max_attempts,
-        strategy,
-        queue_type,
-        queue: queue.value.as_str().into(),
-        retry_exchange: retry_exchange.value.as_str().into(),
-        dead_letter_exchange: dead_letter_exchange.value.as_str().into(),
-        dead_letter_queue: dead_letter_queue.value.as_str().into(),
-        delivery_limit,
-        jitter,
-        idempotency_key: f.idempotency_key.as_ref().and_then(|k| idempotency_key(k, diags)),
-        file: sources.path(name.file).to_path_buf(),
-    };
-    Written {
-        explicit_dead_letter_queue: f.dead_letter_queue.is_some(),
-        explicit_retry_exchange: f.retry_exchange.is_some(),
-        explicit_dead_letter_exchange: f.dead_letter_exchange.is_some(),
-        topology,
-        origin: name.clone(),
-        queue,
-        dead_letter_queue,
-        exchange,
-        exchange_type: f.exchange_type.clone().unwrap_or_else(|| name.clone()),
-        retry_exchange,
-        dead_letter_exchange,
     }
 }
 
