@@ -274,6 +274,27 @@ pub fn run(
     })
 }
 
+/// One vhost planned, with what carrying it out needs.
+struct Planned {
+    /// The AMQP session opened to count or probe, kept to write with.
+    session: Option<amqp::Session>,
+    plan: Plan,
+    read_from: ReadFrom,
+    note: Option<String>,
+    fingerprint: Option<Fingerprint>,
+    objects: Option<Vec<SeenObject>>,
+    quorum_members: Option<plan::placement::QuorumMembers>,
+}
+
+/// What every vhost of one run shares: where it writes, to which cluster, as which release.
+struct Run<'a> {
+    endpoint: &'a Endpoint,
+    by_vhost: &'a [(&'a str, Vec<&'a CompiledTopology>)],
+    request: &'a Request,
+    cluster: identity::Cluster,
+    version: String,
+}
+
 /// Read (unless read early), plan every vhost, then carry the plans out.
 async fn converge(
     endpoint: &Endpoint,
@@ -283,11 +304,6 @@ async fn converge(
     early: Option<super::Reading>,
     spec_hashes: impl FnOnce() -> Option<Vec<String>>,
 ) -> Result<Report> {
-    let options = Options { prune: request.prune, admin: Some(endpoint.admin()), migrate: request.migrate };
-    // Read one broker and write another? Never: both endpoints must be one cluster.
-    // With --amqp-only, the cluster is the one the first AMQP node names; every session
-    // connects only to nodes of it. Otherwise a management API that cannot be used is an
-    // error: falling back silently would hide a wrong URL and plan without the bindings.
     // Both endpoints and every vhost are read at once; nothing read is trusted before the
     // endpoints are known to be one cluster.
     let reading = match early {
@@ -297,73 +313,131 @@ async fn converge(
             super::Reading::of(endpoint, &names, request.amqp_only, &Default::default()).await
         }
     };
-    let (amqp_identity, http_identity, mut readings) = (reading.amqp, reading.http, reading.vhosts);
-    let amqp_identity = amqp_identity?;
-    let cluster = match http_identity {
-        None => identity::Cluster::greeted(&amqp_identity.1),
-        Some(http_identity) => {
-            let http_identity = http_identity.map_err(needs_the_api)?;
-            identity::same_cluster(endpoint, &amqp_identity, &http_identity)?;
-            http_identity
-        }
-    };
-    // What a saved plan names the cluster by: the same through every node.
-    let cluster_key = cluster.key();
-    crate::output::narrate(|| {
-        format!(
-            "broker: {cluster} (RabbitMQ {}), AMQP {}, management API {}, as user `{}`",
-            amqp_identity.1.version,
-            amqp_identity.0,
-            crate::broker::redact(&endpoint.management_url),
-            endpoint.username()
-        )
-    });
-    // The release the plan is made against, as the first AMQP node that answered says; a
-    // session, opened only where something is counted or written, checks its own node's.
-    let version = amqp_identity.1.version.clone();
+    let mut readings = reading.vhosts;
+    let (cluster, version) = identify(endpoint, reading.amqp, reading.http)?;
     let all: Vec<&CompiledTopology> = by_vhost.iter().flat_map(|(_, t)| t.iter().copied()).collect();
     super::check_release(&version, &all)?;
-    let connect = |vhost: &str| {
-        let vhost = vhost.to_string();
-        let cluster = &cluster;
-        async move {
-            let session = amqp::Session::connect(endpoint, &vhost, cluster).await?;
-            // What is written is judged by the release of the node it is written to.
-            let topologies = by_vhost.iter().find(|(v, _)| *v == vhost).map(|(_, t)| t.as_slice()).unwrap_or(&[]);
-            super::check_release(&session.identity().version, topologies)?;
-            anyhow::Ok(session)
-        }
-    };
+    let run = Run { endpoint, by_vhost, request, cluster, version };
     // Plan every vhost before changing any: a conflict anywhere stops the whole run.
     let mut work = Vec::new();
     let mut spec_hashes = spec_hashes().map(Vec::into_iter);
     readings.reverse();
     for ((vhost, topologies), desired) in by_vhost.iter().zip(desired) {
-        let mut session = None;
-        let (mut live, read_from, note) = if request.amqp_only {
-            crate::output::narrate(|| format!("vhost `{vhost}`: probing it over AMQP (--amqp-only)"));
-            let probing = session.insert(connect(vhost).await?);
-            let retyped = |q: &crate::model::Queue, t: &str| plan::retyped(topologies, q, t);
-            let live = probing.probe(&plan::desired(topologies), retyped).await?;
-            let note = "--amqp-only: read over AMQP: bindings are declared again (idempotent), and queues left over by earlier specs cannot be listed";
-            (live, ReadFrom::Amqp, Some(note.to_string()))
+        let reading = if request.amqp_only {
+            None
         } else {
-            let mut live = readings.pop().expect("a reading for each vhost, or an error").map_err(needs_the_api)?;
-            let left_over = super::left_over_queues(&live, desired);
-            if !left_over.is_empty() {
-                let counting = session.insert(connect(vhost).await?);
-                super::count(endpoint, vhost, Some(counting), &mut live, &left_over).await?;
-            }
-            (live, ReadFrom::ManagementApi, None)
+            Some(readings.pop().expect("a reading for each vhost, or an error").map_err(needs_the_api)?)
         };
-        // A refusal's commands name the management API only where it answered.
-        let options =
-            Options { admin: (read_from == ReadFrom::ManagementApi).then(|| endpoint.admin()), ..options.clone() };
-        // The fingerprint leaves counts out, so it is hashed beside the planning, on a
-        // core of its own: at 2,000 topologies each takes about 60 ms.
-        let seen = BrokerSeen { cluster_name: &cluster_key, version: &version };
         let spec_hash = spec_hashes.as_mut().map(|h| h.next().expect("a spec hash for each vhost"));
-        let keep_objects = request.objects || request.expect.is_some();
+        work.push(run.plan_vhost(vhost, topologies, desired, reading, spec_hash).await?);
+    }
+
+    let stale = match &request.expect {
+        Some(expected) => {
+            let plans: Vec<_> = work
+                .iter()
+                .map(|w| {
+                    let fingerprint = w.fingerprint.as_ref().expect("fingerprints are made when a plan is expected");
+                    (&w.plan, fingerprint, w.objects.as_deref())
+                })
+                .collect();
+            staleness(expected, &plans)
+        }
+        None => Vec::new(),
+    };
+    let conflicts = work.iter().map(|w| w.plan.conflicts().count()).sum::<usize>();
+    let apply = conflicts == 0 && !request.dry_run && stale.is_empty();
+    let mut vhosts = Vec::new();
+    for planned in work {
+        vhosts.push(run.carry_out(planned, apply).await?);
+    }
+    Ok(Report { dry_run: request.dry_run, applied: apply, cluster_name: run.cluster.key(), stale, vhosts })
+}
+
+/// The cluster both endpoints belong to, and the release the first AMQP node that answered
+/// runs. Read one broker and write another? Never: both endpoints must be one cluster. With
+/// --amqp-only, the cluster is the one the first AMQP node names; every session connects only
+/// to nodes of it. Otherwise a management API that cannot be used is an error: falling back
+/// silently would hide a wrong URL and plan without the bindings.
+fn identify(
+    endpoint: &Endpoint,
+    amqp: Result<(String, identity::Identity)>,
+    http: Option<Result<identity::Cluster>>,
+) -> Result<(identity::Cluster, String)> {
+    let amqp = amqp?;
+    let cluster = match http {
+        None => identity::Cluster::greeted(&amqp.1),
+        Some(http) => {
+            let http = http.map_err(needs_the_api)?;
+            identity::same_cluster(endpoint, &amqp, &http)?;
+            http
+        }
+    };
+    crate::output::narrate(|| {
+        format!(
+            "broker: {cluster} (RabbitMQ {}), AMQP {}, management API {}, as user `{}`",
+            amqp.1.version,
+            amqp.0,
+            crate::broker::redact(&endpoint.management_url),
+            endpoint.username()
+        )
+    });
+    // The release the plan is made against; a session, opened only where something is counted
+    // or written, checks its own node's.
+    Ok((cluster, amqp.1.version))
+}
+
+impl Run<'_> {
+    /// A session to `vhost`, on a node of the run's cluster whose release can take what is written.
+    async fn connect(&self, vhost: &str) -> Result<amqp::Session> {
+        let session = amqp::Session::connect(self.endpoint, vhost, &self.cluster).await?;
+        // What is written is judged by the release of the node it is written to.
+        let topologies = self.by_vhost.iter().find(|(v, _)| *v == vhost).map(|(_, t)| t.as_slice()).unwrap_or(&[]);
+        super::check_release(&session.identity().version, topologies)?;
+        Ok(session)
+    }
+
+    /// Options for planning, with the management API named only where it answered.
+    fn options(&self, read_from: ReadFrom) -> Options {
+        let admin = (read_from == ReadFrom::ManagementApi).then(|| self.endpoint.admin());
+        Options { prune: self.request.prune, admin, migrate: self.request.migrate }
+    }
+
+    /// Plans one vhost from its reading (over AMQP when there is none: --amqp-only), with its
+    /// fingerprint and the counts a refusal or a migration needs exactly.
+    async fn plan_vhost(
+        &self,
+        vhost: &str,
+        topologies: &[&CompiledTopology],
+        desired: &plan::Desired<'_>,
+        reading: Option<crate::live::Live>,
+        spec_hash: Option<String>,
+    ) -> Result<Planned> {
+        let mut session = None;
+        let (mut live, read_from, note) = match reading {
+            None => {
+                crate::output::narrate(|| format!("vhost `{vhost}`: probing it over AMQP (--amqp-only)"));
+                let probing = session.insert(self.connect(vhost).await?);
+                let retyped = |q: &crate::model::Queue, t: &str| plan::retyped(topologies, q, t);
+                let live = probing.probe(&plan::desired(topologies), retyped).await?;
+                let note = "--amqp-only: read over AMQP: bindings are declared again (idempotent), and queues left over by earlier specs cannot be listed";
+                (live, ReadFrom::Amqp, Some(note.to_string()))
+            }
+            Some(mut live) => {
+                let left_over = super::left_over_queues(&live, desired);
+                if !left_over.is_empty() {
+                    let counting = session.insert(self.connect(vhost).await?);
+                    super::count(self.endpoint, vhost, Some(counting), &mut live, &left_over).await?;
+                }
+                (live, ReadFrom::ManagementApi, None)
+            }
+        };
+        let options = self.options(read_from);
+        // The fingerprint leaves counts out, so it is hashed beside the planning, on a core of
+        // its own: at 2,000 topologies each takes about 60 ms.
+        let cluster_key = self.cluster.key();
+        let seen = BrokerSeen { cluster_name: &cluster_key, version: &self.version };
+        let keep_objects = self.request.objects || self.request.expect.is_some();
         let (mut plan, (fingerprint, objects)) = std::thread::scope(|scope| {
             let hashing = spec_hash.map(|h| {
                 scope.spawn(|| {
@@ -373,36 +447,7 @@ async fn converge(
             let plan = desired.plan(vhost, &live, &options);
             (plan, hashing.map(|h| h.join().expect("the fingerprint's thread does not panic")).unzip())
         });
-        let objects = objects.flatten();
-        // A refusal says how many messages the queue holds, and a migration is refused for
-        // a queue with consumers: count both exactly. The management API's counts lag by
-        // seconds (it would still show the consumer of a run killed a moment ago).
-        let counted: Vec<_> =
-            plan.steps
-                .iter()
-                .filter_map(|s| match s {
-                    Step::Conflict { object: Object::Queue(q), .. }
-                    | Step::Migrate { object: Object::Queue(q), .. } => Some(q.name.clone()),
-                    _ => None,
-                })
-                .collect();
-        if !counted.is_empty() {
-            let counting = match session {
-                Some(ref mut s) => s,
-                None => session.insert(connect(vhost).await?),
-            };
-            if read_from == ReadFrom::ManagementApi {
-                super::count(endpoint, vhost, Some(&mut *counting), &mut live, &counted).await?;
-            }
-            // Consumers exactly, over AMQP: the API would still show a killed run's mover.
-            for name in counted {
-                if let (Some(q), Some((messages, consumers))) =
-                    (live.queues.get_mut(&name), counting.queue_counts(&name).await?)
-                {
-                    q.messages = Some(messages.max(q.messages.unwrap_or(0)));
-                    q.consumers = Some(consumers);
-                }
-            }
+        if self.count_exactly(vhost, &plan, &mut session, &mut live, read_from).await? {
             plan = desired.plan(vhost, &live, &options);
         }
         crate::output::narrate(|| {
@@ -420,44 +465,73 @@ async fn converge(
             .iter()
             .any(|s| matches!(s, Step::Create { object: Object::Queue(q) } if crate::plan::is_quorum(&q.arguments)));
         let quorum_members = live.nodes.as_deref().filter(|_| creates_quorum).map(plan::placement::quorum_members);
-        work.push((session, plan, read_from, note, fingerprint, objects, quorum_members));
         crate::drop_aside(live);
+        Ok(Planned { session, plan, read_from, note, fingerprint, objects: objects.flatten(), quorum_members })
     }
 
-    let stale = match &request.expect {
-        Some(expected) => {
-            let plans: Vec<_> = work
+    /// A refusal says how many messages the queue holds, and a migration is refused for a queue
+    /// with consumers: both are counted exactly, over AMQP, for the queues the plan refuses or
+    /// migrates. The management API's counts lag by seconds (it would still show the consumer
+    /// of a run killed a moment ago). Whether anything was counted, so the plan is made again.
+    async fn count_exactly(
+        &self,
+        vhost: &str,
+        plan: &Plan,
+        session: &mut Option<amqp::Session>,
+        live: &mut crate::live::Live,
+        read_from: ReadFrom,
+    ) -> Result<bool> {
+        let counted: Vec<_> =
+            plan.steps
                 .iter()
-                .map(|(_, p, _, _, f, o, _)| {
-                    (p, f.as_ref().expect("fingerprints are made when a plan is expected"), o.as_deref())
+                .filter_map(|s| match s {
+                    Step::Conflict { object: Object::Queue(q), .. }
+                    | Step::Migrate { object: Object::Queue(q), .. } => Some(q.name.clone()),
+                    _ => None,
                 })
                 .collect();
-            staleness(expected, &plans)
+        if counted.is_empty() {
+            return Ok(false);
         }
-        None => Vec::new(),
-    };
-    let conflicts = work.iter().map(|(_, p, _, _, _, _, _)| p.conflicts().count()).sum::<usize>();
-    let apply = conflicts == 0 && !request.dry_run && stale.is_empty();
-    let mut vhosts = Vec::new();
-    for (mut session, plan, read_from, note, fingerprint, objects, quorum_members) in work {
+        let counting = match session {
+            Some(s) => s,
+            None => session.insert(self.connect(vhost).await?),
+        };
+        if read_from == ReadFrom::ManagementApi {
+            super::count(self.endpoint, vhost, Some(&mut *counting), live, &counted).await?;
+        }
+        for name in counted {
+            if let (Some(q), Some((messages, consumers))) =
+                (live.queues.get_mut(&name), counting.queue_counts(&name).await?)
+            {
+                q.messages = Some(messages.max(q.messages.unwrap_or(0)));
+                q.consumers = Some(consumers);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Carries one vhost's plan out, when the run applies and it changes anything, and reports it.
+    async fn carry_out(&self, planned: Planned, apply: bool) -> Result<VhostReport> {
+        let Planned { mut session, plan, read_from, note, fingerprint, objects, quorum_members } = planned;
         let mut failovers = Vec::new();
         let changes = plan.steps.iter().filter(|s| s.changes()).count();
         let (refused, migrated, changes_applied) = if apply && changes > 0 {
             crate::output::narrate(|| format!("vhost `{}`: carrying out {changes} change(s)", plan.vhost));
             let writing = match session {
                 Some(ref mut s) => s,
-                None => session.insert(connect(&plan.vhost).await?),
+                None => session.insert(self.connect(&plan.vhost).await?),
             };
-            execute(writing, endpoint, &plan, &mut failovers, request.budget).await?
+            execute(writing, self.endpoint, &plan, &mut failovers, self.request.budget).await?
         } else {
             (Vec::new(), Vec::new(), 0)
         };
-        let broker_version = session.as_ref().map_or(version.clone(), |s| s.identity().version.clone());
+        let broker_version = session.as_ref().map_or(self.version.clone(), |s| s.identity().version.clone());
         if let Some(session) = session {
             session.close().await;
         }
         let Plan { vhost, steps, overrides, .. } = plan;
-        vhosts.push(VhostReport {
+        Ok(VhostReport {
             vhost,
             broker_version,
             read_from,
@@ -471,9 +545,8 @@ async fn converge(
             migrated,
             quorum_members,
             failovers,
-        });
+        })
     }
-    Ok(Report { dry_run: request.dry_run, applied: apply, cluster_name: cluster_key, stale, vhosts })
 }
 
 /// A management API that cannot be used stops apply; where the API is not there at all (a wrong
