@@ -47,33 +47,7 @@ pub fn run(args: Args) -> Result<Exit> {
     let networks: Vec<(String, Network)> = if args.live {
         let endpoint = args.broker.endpoint()?;
         let vhost = args.broker.vhost(args.vhost.as_deref(), &endpoint)?;
-        let live = ops::runtime()?.block_on(crate::broker::http::read(
-            &endpoint,
-            &vhost,
-            crate::broker::http::Stats::Counted,
-        ))?;
-        let mut network = Network::from_live(&live);
-        // The broker's own exchanges say nothing about where messages go unless something uses
-        // them; the default exchange appears on dead-letter edges ("via default exchange").
-        let mut used: std::collections::BTreeSet<ExchangeName> = network
-            .bindings()
-            .iter()
-            .flat_map(|b| {
-                let to = match &b.destination {
-                    Destination::Exchange(e) => Some(e.clone()),
-                    Destination::Queue(_) => None,
-                };
-                std::iter::once(b.source.clone()).chain(to)
-            })
-            .collect();
-        used.extend(
-            network
-                .queues
-                .keys()
-                .filter_map(|q| network.text(q, crate::policy::Setting::DeadLetterExchange))
-                .map(ExchangeName::from),
-        );
-        network.exchanges.retain(|name, _| !name.is_default() && (!name.starts_with("amq.") || used.contains(name)));
+        let network = ops::graph::live(&endpoint, &vhost)?;
         vec![(vhost, network)]
     } else {
         let spec_args = SpecArgs { specs: args.specs.clone(), vhost: args.vhost.clone() };

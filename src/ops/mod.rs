@@ -3,6 +3,7 @@
 
 pub mod apply;
 pub mod diff;
+pub mod graph;
 pub mod inspect;
 pub mod migrate;
 pub mod plan_file;
