@@ -6,6 +6,7 @@ pub mod http;
 pub mod identity;
 pub mod mover;
 pub mod progress;
+pub mod properties;
 pub mod redrive;
 pub mod tls;
 pub mod uri;

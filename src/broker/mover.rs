@@ -21,6 +21,7 @@ use lapin::{BasicProperties, Channel, Consumer};
 
 use super::amqp::{Session, short};
 use super::budget::Budget;
+use super::properties::Expiration;
 
 /// Deliveries in flight at once at most, however small: the most a killed run can leave at both
 /// ends. Large bodies make fewer (`budget`).
@@ -212,34 +213,11 @@ fn copy_properties(d: &Delivery, user: &str) -> BasicProperties {
             kept.insert(key.clone(), value.clone());
         }
     }
-    let mut properties = BasicProperties::default();
+    let mut properties = super::properties::copied(original, Expiration::Keep);
     if let Some(u) = &foreign_user {
         kept.insert(USER_ID_HEADER.into(), lapin::types::AMQPValue::LongString(u.as_str().into()));
     }
-    macro_rules! keep {
-        ($($get:ident => $set:ident),* $(,)?) => {$(
-            if let Some(v) = original.$get() {
-                properties = properties.$set(v.clone());
-            }
-        )*};
-    }
-    keep!(
-        content_type => with_content_type,
-        content_encoding => with_content_encoding,
-        delivery_mode => with_delivery_mode,
-        priority => with_priority,
-        correlation_id => with_correlation_id,
-        reply_to => with_reply_to,
-        expiration => with_expiration,
-        message_id => with_message_id,
-        timestamp => with_timestamp,
-        kind => with_type,
-        app_id => with_app_id,
-        cluster_id => with_cluster_id,
-    );
-    if foreign_user.is_none()
-        && let Some(u) = original.user_id()
-    {
+    if let Some(u) = super::properties::own_user_id(original, user) {
         properties = properties.with_user_id(u.clone());
     }
     if original.headers().is_some() || foreign_user.is_some() {

@@ -35,6 +35,7 @@ use lapin::{BasicProperties, Channel, Confirmation, Consumer};
 use super::amqp::{Peeked, Session, peeked, short};
 use super::budget::Budget;
 use super::mover::{BATCH, DELIVERY_HEADERS};
+use super::properties::Expiration;
 use crate::contract::ATTEMPT_HEADER;
 
 /// How many times a message has been redriven; each redrive sets it one higher.
@@ -491,29 +492,8 @@ impl Run<'_> {
 /// expire on its way back), and `user_id` when it names another user (RabbitMQ refuses a publish
 /// whose user_id is not the publishing user's, and would close the channel). Persistent.
 pub fn redriven_copy(p: &BasicProperties, user: &str) -> BasicProperties {
-    let mut copy = BasicProperties::default().with_delivery_mode(2);
-    macro_rules! keep {
-        ($($get:ident => $set:ident),* $(,)?) => {$(
-            if let Some(v) = p.$get() {
-                copy = copy.$set(v.clone());
-            }
-        )*};
-    }
-    keep!(
-        content_type => with_content_type,
-        content_encoding => with_content_encoding,
-        priority => with_priority,
-        correlation_id => with_correlation_id,
-        reply_to => with_reply_to,
-        message_id => with_message_id,
-        timestamp => with_timestamp,
-        kind => with_type,
-        app_id => with_app_id,
-        cluster_id => with_cluster_id,
-    );
-    if let Some(id) = p.user_id()
-        && id.as_str() == user
-    {
+    let mut copy = super::properties::copied(p, Expiration::Drop).with_delivery_mode(2);
+    if let Some(id) = super::properties::own_user_id(p, user) {
         copy = copy.with_user_id(id.clone());
     }
     copy.with_headers(redriven_headers(p.headers().as_ref()))
