@@ -663,9 +663,10 @@ async fn counts_add_up_when_the_main_queue_goes_mid_run(broker: Broker) {
     assert_eq!(vhost.hopper(&["apply", &spec]).status.code(), Some(0));
     let connection = vhost.connect().await;
     reject_into(&connection, "orders", &ids("c", 150), "orders.dlq", 150).await;
-    // 150 at 50/s: three seconds, the queue deleted after one.
+    // 150 at 50/s: three seconds, the queue deleted once a few have moved (not after a fixed
+    // second: on a loaded machine the run may not have started by then).
     let child = spawn_redrive(broker, &[&spec, "--rate", "50/s"]);
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    support::wait_for_count_at_least(&connection, "orders", 5, Duration::from_secs(30)).await;
     let channel = connection.create_channel().await.unwrap();
     channel.queue_delete("orders".into(), Default::default()).await.unwrap();
     let out = child.wait_with_output().unwrap();
