@@ -44,6 +44,19 @@ pub enum Exit {
     Stale = 4,
 }
 
+/// A failure already told to the user, such as a spec's diagnostics: the run ends in its exit
+/// code, and nothing more is printed. Commands return it with `?`.
+#[derive(Debug)]
+pub struct Reported(pub Exit);
+
+impl std::fmt::Display for Reported {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "reported above (exit {})", self.0 as u8)
+    }
+}
+
+impl std::error::Error for Reported {}
+
 /// How an `Exit` becomes a process exit code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExitCodes {
@@ -86,6 +99,7 @@ pub fn run() -> ExitCode {
     let exit = match commands::run(cli) {
         Ok(exit) => exit,
         Err(e) if output::is_broken_pipe(&e) => Exit::Ok,
+        Err(ref e) if let Some(Reported(exit)) = e.downcast_ref::<Reported>() => *exit,
         // Rendered like a spec's diagnostics, with its own last line.
         Err(e) if e.downcast_ref::<config::ConfigError>().is_some() => {
             eprintln!("{e}");

@@ -121,10 +121,7 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
         early.wait_for_spare_cpu();
     }
     let spec_args = SpecArgs { specs: args.specs.clone(), vhost: args.vhost.clone() };
-    let (spec, files) = match spec_args.load_sources_for(endpoint.as_ref().ok())? {
-        Ok(loaded) => loaded,
-        Err(exit) => return Ok(exit),
-    };
+    let (spec, files) = spec_args.load_sources_for(endpoint.as_ref().ok())?;
     let endpoint = endpoint?;
     let by_vhost: Vec<_> = ops::by_vhost(&spec.compiled).into_iter().collect();
     let request = Request {
@@ -177,10 +174,7 @@ fn run_saved(args: &Args, path: &std::path::Path, format: Format) -> Result<Exit
     }
     let endpoint = args.broker.endpoint()?;
     let vhosts = super::vhosts(saved.vhost_override.as_deref(), Some(&endpoint))?;
-    let spec = match super::validated(sources, vhosts) {
-        Ok(spec) => spec,
-        Err(exit) => return Ok(exit),
-    };
+    let spec = super::validated(sources, vhosts)?;
     let by_vhost: Vec<_> = ops::by_vhost(&spec.compiled).into_iter().collect();
     let request = Request {
         dry_run: false,

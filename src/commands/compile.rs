@@ -16,10 +16,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args, format: Format) -> Result<Exit> {
-    let spec = match args.spec.load()? {
-        Ok(spec) => spec,
-        Err(exit) => return Ok(exit),
-    };
+    let spec = args.spec.load()?;
     let compiled = &spec.compiled;
     if format == Format::Json {
         output::listing("topologies", &compiled)?;

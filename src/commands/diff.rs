@@ -39,10 +39,7 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
     if let Some(early) = &early {
         early.wait_for_spare_cpu();
     }
-    let spec = match args.spec.load_for(endpoint.as_ref().ok())? {
-        Ok(spec) => spec,
-        Err(exit) => return Ok(exit),
-    };
+    let spec = args.spec.load_for(endpoint.as_ref().ok())?;
     let endpoint = endpoint?;
     let by_vhost: Vec<_> = ops::by_vhost(&spec.compiled).into_iter().collect();
     let report = ops::diff::run(&endpoint, &by_vhost, early)?;

@@ -18,10 +18,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<Exit> {
-    let spec = match args.spec.load()? {
-        Ok(spec) => spec,
-        Err(exit) => return Ok(exit),
-    };
+    let spec = args.spec.load()?;
     output::json(&crate::definitions::definitions(&spec.compiled))?;
     Ok(Exit::Ok)
 }

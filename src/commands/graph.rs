@@ -51,10 +51,7 @@ pub fn run(args: Args) -> Result<Exit> {
         vec![(vhost, network)]
     } else {
         let spec_args = SpecArgs { specs: args.specs.clone(), vhost: args.vhost.clone() };
-        let spec = match spec_args.load()? {
-            Ok(spec) => spec,
-            Err(exit) => return Ok(exit),
-        };
+        let spec = spec_args.load()?;
         ops::by_vhost(&spec.compiled)
             .into_iter()
             .map(|(v, t)| (v.to_string(), Network::from_compiled(&t, crate::version::CURRENT)))

@@ -53,10 +53,7 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
         scopes.push(Scope { vhost: args.broker.vhost(args.vhost.as_deref(), endpoint)?, queues: None });
     } else {
         let spec_args = SpecArgs { specs: args.specs.clone(), vhost: args.vhost.clone() };
-        let spec = match spec_args.load_for(endpoint.as_ref().ok())? {
-            Ok(spec) => spec,
-            Err(exit) => return Ok(exit),
-        };
+        let spec = spec_args.load_for(endpoint.as_ref().ok())?;
         for (vhost, topologies) in ops::by_vhost(&spec.compiled) {
             let names: BTreeSet<QueueName> = crate::plan::desired_queues(&topologies).into_iter().cloned().collect();
             scopes.push(Scope { vhost: vhost.to_string(), queues: Some(names) });

@@ -24,10 +24,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args, format: Format) -> Result<Exit> {
-    let spec = match args.spec.load()? {
-        Ok(spec) => spec,
-        Err(exit) => return Ok(exit),
-    };
+    let spec = args.spec.load()?;
     let mut findings: Vec<Finding> = crate::ops::by_vhost(&spec.compiled)
         .values()
         .flat_map(|t| hazard::check(&Network::from_compiled(t, args.broker_version)))

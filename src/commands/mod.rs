@@ -25,7 +25,7 @@ use crate::broker::Endpoint;
 use crate::config::Setting;
 use crate::output::{self, Format, Verbosity};
 use crate::spec::{self, LoadError, Spec};
-use crate::{Exit, ExitCodes};
+use crate::{Exit, ExitCodes, Reported};
 
 const EXAMPLES: &str = "\
 Examples:
@@ -176,29 +176,29 @@ pub struct SpecArgs {
 }
 
 impl SpecArgs {
-    /// The validated spec, or `Exit::Error` once every problem has been printed.
-    pub fn load(&self) -> Result<Result<Spec, Exit>> {
+    /// The validated spec; once every problem has been printed, `crate::Reported`.
+    pub fn load(&self) -> Result<Spec> {
         self.load_for(None)
     }
 
     /// As `load`, for a run against `endpoint`: the vhost its URL names counts too (`vhosts`).
-    pub fn load_for(&self, endpoint: Option<&Endpoint>) -> Result<Result<Spec, Exit>> {
-        Ok(self.load_sources_for(endpoint)?.map(|(spec, _)| spec))
+    pub fn load_for(&self, endpoint: Option<&Endpoint>) -> Result<Spec> {
+        Ok(self.load_sources_for(endpoint)?.0)
     }
 
-    /// The validated spec and the files it was read from, or `Exit::Error` once every problem
-    /// has been printed.
-    pub fn load_sources_for(&self, endpoint: Option<&Endpoint>) -> Result<Result<(Spec, SpecFiles), Exit>> {
+    /// The validated spec and the files it was read from; once every problem has been printed,
+    /// `crate::Reported`.
+    pub fn load_sources_for(&self, endpoint: Option<&Endpoint>) -> Result<(Spec, SpecFiles)> {
         let vhosts = vhosts(self.vhost.as_deref(), endpoint)?;
         let sources = match spec::read(&self.specs) {
             Ok((sources, skipped)) => {
                 skipped.iter().for_each(note_skipped);
                 sources
             }
-            Err(e) => return Ok(Err(load_failed(e))),
+            Err(e) => return Err(Reported(load_failed(e)).into()),
         };
         let files: Vec<(PathBuf, String)> = sources.iter().map(|(p, t)| (p.to_path_buf(), t.to_string())).collect();
-        Ok(validated(sources, vhosts).map(|spec| (spec, files)))
+        Ok((validated(sources, vhosts)?, files))
     }
 }
 
@@ -215,8 +215,8 @@ pub fn vhosts<'a>(flag: Option<&'a str>, endpoint: Option<&'a Endpoint>) -> Resu
     }
 }
 
-/// Parses and validates files already read; `Exit::Error` once every problem has been printed.
-pub fn validated(sources: spec::Sources, vhosts: spec::Vhosts<'_>) -> Result<Spec, Exit> {
+/// Parses and validates files already read; `Reported` once every problem has been printed.
+pub fn validated(sources: spec::Sources, vhosts: spec::Vhosts<'_>) -> Result<Spec> {
     // The first few files by name: a directory of 10,000 specs would make one line of 400 kB.
     const NAMED: usize = 5;
     let files = sources.iter().count();
@@ -229,7 +229,7 @@ pub fn validated(sources: spec::Sources, vhosts: spec::Vhosts<'_>) -> Result<Spe
             output::narrate(|| format!("spec: {} topologies read from {}", spec.compiled.len(), names.join(", ")));
             Ok(spec)
         }
-        Err(e) => Err(load_failed(LoadError::Invalid(e))),
+        Err(e) => Err(Reported(load_failed(LoadError::Invalid(e))).into()),
     }
 }
 

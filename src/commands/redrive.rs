@@ -90,10 +90,7 @@ fn rate(value: &str) -> Result<u32, String> {
 
 pub fn run(args: Args, format: Format) -> Result<Exit> {
     let endpoint = args.broker.endpoint();
-    let spec = match args.spec.load_for(endpoint.as_ref().ok())? {
-        Ok(spec) => spec,
-        Err(exit) => return Ok(exit),
-    };
+    let spec = args.spec.load_for(endpoint.as_ref().ok())?;
     if let (Some(older), Some(newer)) = (args.older_than, args.newer_than)
         && older >= newer
     {

@@ -17,10 +17,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args, format: Format) -> Result<Exit> {
-    let spec = match args.spec.load()? {
-        Ok(spec) => spec,
-        Err(exit) => return Ok(exit),
-    };
+    let spec = args.spec.load()?;
     let schedules: Vec<_> = spec.compiled.iter().map(schedule).collect();
     if format == Format::Json {
         output::listing("schedules", &schedules)?;
