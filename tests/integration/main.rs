@@ -22,6 +22,7 @@ mod prune;
 mod redrive;
 mod safety;
 mod schema;
+mod spawned;
 mod spec_errors;
 mod support;
 mod tls;
