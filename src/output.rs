@@ -155,8 +155,12 @@ pub fn table(header: &[&str]) -> Table {
     t.load_style(presets::UTF8_BORDERS_ONLY)
         .set_content_arrangement(ContentArrangement::Dynamic)
         .set_header(header.to_vec());
-    if !colour() {
-        t.force_no_tty();
+    // A table wraps to the terminal it is printed on; piped, or with NO_COLOR, it keeps the
+    // width of its content.
+    if colour()
+        && let Some((terminal_size::Width(width), _)) = terminal_size::terminal_size_of(std::io::stdout())
+    {
+        t.set_width(width);
     }
     t
 }

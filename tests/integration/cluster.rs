@@ -164,18 +164,9 @@ fn hopper_on(nodes: &[u16], args: &[&str]) -> Output {
 /// The same, started and left running.
 fn spawn_hopper(nodes: &[u16], args: &[&str]) -> Child {
     let (amqp, management) = urls(nodes);
-    let mut command = Command::new(env!("CARGO_BIN_EXE_hopper"));
-    command.args(["--format", "json"]).args(args).env("NO_COLOR", "1");
-    for variable in crate::support::CONNECTION_VARIABLES {
-        command.env_remove(variable);
-    }
-    command
-        .env("HOPPER_CONFIG", "/nonexistent/hopper-tests/config.toml")
-        .env("HOPPER_AMQP_URL", amqp)
-        .env("HOPPER_MANAGEMENT_URL", management)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    command.spawn().unwrap()
+    let mut all = vec!["--format", "json"];
+    all.extend_from_slice(args);
+    crate::spawned::hopper(&all, &[("HOPPER_AMQP_URL", &amqp), ("HOPPER_MANAGEMENT_URL", &management)])
 }
 
 /// `count` topologies of quorum queues: a main queue, one wait queue and a DLQ each.

@@ -7,6 +7,7 @@
 use std::net::TcpListener;
 use std::process::Output;
 
+use crate::spawned;
 use crate::support::{self, Broker, Vhost, hopper_env, text};
 
 const BROKER: Broker = Broker::RabbitMq3_10;
@@ -475,27 +476,14 @@ fn a_spec_error_is_not_held_back_by_a_silent_broker() {
     let (amqp, api) = (format!("amqp://127.0.0.1:{port}"), format!("http://127.0.0.1:{port}/api"));
     for command in [&["apply"][..], &["apply", "--dry-run"], &["diff"]] {
         let args: Vec<&str> = command.iter().copied().chain(["--vhost", "silent", bad.to_str().unwrap()]).collect();
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hopper"))
-            .args(&args)
-            .env("NO_COLOR", "1")
-            .env("HOPPER_CONFIG", "/nonexistent/hopper-tests/config.toml")
-            .env("HOPPER_AMQP_URL", &amqp)
-            .env("HOPPER_MANAGEMENT_URL", &api)
-            .env("HOPPER_TIMEOUT", "1h")
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
+        let child = spawned::hopper(
+            &args,
+            &[("HOPPER_AMQP_URL", &amqp), ("HOPPER_MANAGEMENT_URL", &api), ("HOPPER_TIMEOUT", "1h")],
+        );
         // A deadline for a hang, not a measurement: a minute, against a wait of a second.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while child.try_wait().unwrap().is_none() {
-            if std::time::Instant::now() > deadline {
-                let _ = child.kill();
-                panic!("hopper {args:?} waited for a broker that never answers instead of reporting the spec's error");
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        let out = child.wait_with_output().unwrap();
+        let spawned::End::Exited(out) = spawned::within(child, std::time::Duration::from_secs(60)) else {
+            panic!("hopper {args:?} waited for a broker that never answers instead of reporting the spec's error");
+        };
         let stderr = text(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
         assert!(stderr.contains("orders.toml:") && stderr.contains("invalid delay"), "{args:?}: {stderr}");

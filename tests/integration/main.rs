@@ -23,6 +23,7 @@ mod redrive;
 mod reference;
 mod safety;
 mod schema;
+mod spawned;
 mod spec_errors;
 mod support;
 mod tls;

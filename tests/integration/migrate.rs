@@ -3,7 +3,6 @@
 //! points; afterwards every message is there (counted by message id), and `diff` is in sync.
 
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -12,38 +11,13 @@ use lapin::options::{BasicConsumeOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
 use serde_json::json;
 
+use crate::spawned::{self, End, Rng};
 use crate::support::{self, Broker, Vhost, on_every_broker};
 
 fn republish(queue_type: &str, delay: &str) -> String {
     format!(
         "[topology.orders]\nqueue_type = \"{queue_type}\"\nrouting_keys = [\"order.created\"]\ndelays = [\"{delay}\"]\nmax_attempts = 3\n"
     )
-}
-
-/// Starts `hopper apply --migrate SPEC` in the background, pointed at `broker`.
-fn spawn_migrate(broker: Broker, spec: &str) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_hopper"))
-        .args(["apply", "--migrate", spec])
-        .env("NO_COLOR", "1")
-        .env("HOPPER_AMQP_URL", broker.amqp())
-        .env("HOPPER_MANAGEMENT_URL", broker.management())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run hopper")
-}
-
-/// A small deterministic generator, seeded from the clock and printed, so that a failing run's
-/// kill points can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
 }
 
 /// Publishes to the main exchange (and, as a consumer's retries would, to the retry exchange)
@@ -93,39 +67,30 @@ async fn classic_to_quorum_under_load_killed_three_times(broker: Broker) {
     let live = publisher(connection.clone(), stop.clone());
     vhost.spec("orders.toml", &republish("quorum", "2s"));
 
-    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1;
-    eprintln!("kill seed {seed}");
-    let mut rng = Rng(seed);
+    let mut rng = Rng::from_clock();
     let mut kills = 0;
     let mut runs = 0;
     loop {
         runs += 1;
         assert!(runs <= 12, "apply --migrate did not finish in 12 runs");
-        let mut child = spawn_migrate(broker, &spec);
+        let child = spawned::hopper_on(broker, &["apply", "--migrate", &spec]);
         let deadline = (kills < 3).then(|| Instant::now() + Duration::from_millis(100 + rng.below(4_000)));
-        let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break Some(status);
-            }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                child.kill().unwrap();
-                child.wait().unwrap();
+        match spawned::kill_at(child, deadline).await {
+            End::Killed(_) => {
                 kills += 1;
                 eprintln!("killed run {runs}");
-                break None;
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        };
-        if let Some(status) = status {
-            let out = child.wait_with_output().unwrap();
-            eprintln!("run {runs}: {status}\n{}{}", support::text(&out.stdout), support::text(&out.stderr));
-            assert_eq!(status.code(), Some(0), "apply --migrate failed");
-            if kills >= 3 {
-                break;
+            End::Exited(out) => {
+                let status = out.status;
+                eprintln!("run {runs}: {status}\n{}{}", support::text(&out.stdout), support::text(&out.stderr));
+                assert_eq!(status.code(), Some(0), "apply --migrate failed");
+                if kills >= 3 {
+                    break;
+                }
+                // Finished before the kills: migrate back and forth until three kills have landed.
+                let kind = if runs % 2 == 1 { "classic" } else { "quorum" };
+                vhost.spec("orders.toml", &republish(kind, "2s"));
             }
-            // Finished before the kills: migrate back and forth until three kills have landed.
-            let kind = if runs % 2 == 1 { "classic" } else { "quorum" };
-            vhost.spec("orders.toml", &republish(kind, "2s"));
         }
     }
     // The last run may have ended on classic: finish on quorum.

@@ -3,7 +3,6 @@
 //! filtered; and what each release does with the `x-death` a redrive's copy carries.
 
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
@@ -14,6 +13,7 @@ use lapin::types::{AMQPValue, FieldArray, FieldTable};
 use lapin::{BasicProperties, Connection};
 use serde_json::{Value, json};
 
+use crate::spawned::{self, End, Rng};
 use crate::support::{self, Arg, Broker, Vhost, on_every_broker};
 
 fn topology(name: &str, queue_type: &str) -> String {
@@ -200,32 +200,6 @@ async fn client_published_x_death_by_release(broker: Broker) {
 // Killed twice: nothing lost
 // ---------------------------------------------------------------------------------------------
 
-fn spawn_redrive(broker: Broker, args: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_hopper"))
-        .args(["--format", "json", "redrive"])
-        .args(args)
-        .env("NO_COLOR", "1")
-        .env("HOPPER_AMQP_URL", broker.amqp())
-        .env("HOPPER_MANAGEMENT_URL", broker.management())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run hopper")
-}
-
-/// A deterministic generator seeded from the clock and printed, so a failing run's kill points
-/// can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
-
 /// The proof of issue 10 B: 2,000 dead letters of two topologies (one classic, one quorum),
 /// redriven by runs that are SIGKILLed twice at random points: afterwards every dead letter is
 /// back at its main queue once, or twice and counted among the possible duplicates; none is
@@ -241,46 +215,36 @@ async fn two_thousand_dead_letters_killed_twice(broker: Broker) {
     reject_into(&connection, "orders", &orders, "orders.dlq", 1000).await;
     reject_into(&connection, "payments", &payments, "payments.dlq", 1000).await;
 
-    let seed = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1;
-    eprintln!("kill seed {seed}");
-    let mut rng = Rng(seed);
+    let mut rng = Rng::from_clock();
     let (mut kills, mut runs, mut reported_duplicates) = (0, 0, 0);
     let mut reported_ids = std::collections::BTreeSet::new();
     loop {
         runs += 1;
         assert!(runs <= 8, "redrive did not finish in 8 runs");
         // A rate keeps each run long enough (2,000 at 400/s: 5 s) for the kills to land mid-run.
-        let mut child = spawn_redrive(broker, &[&spec, "--rate", "400/s"]);
+        let child = spawned::hopper_on(broker, &["--format", "json", "redrive", &spec, "--rate", "400/s"]);
         let deadline = (kills < 2).then(|| Instant::now() + Duration::from_millis(300 + rng.below(2_000)));
-        let finished = loop {
-            if child.try_wait().unwrap().is_some() {
-                break true;
-            }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                child.kill().unwrap(); // SIGKILL
-                child.wait().unwrap();
+        match spawned::kill_at(child, deadline).await {
+            End::Killed(_) => {
                 kills += 1;
                 let left = (
                     support::count(&connection, "orders.dlq").await,
                     support::count(&connection, "payments.dlq").await,
                 );
                 eprintln!("killed run {runs}; dead letters left: {left:?}");
-                break false;
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        };
-        if finished {
-            let out = child.wait_with_output().unwrap();
-            eprintln!("run {runs}: {}\n{}", support::text(&out.stdout), support::text(&out.stderr));
-            assert_eq!(out.status.code(), Some(0), "redrive failed");
-            let report: Value = serde_json::from_slice(&out.stdout).unwrap();
-            for t in report["topologies"].as_array().unwrap() {
-                reported_duplicates += t["possible_duplicates"].as_u64().unwrap();
-                reported_ids.extend(t["possible_duplicate_ids"].as_array().unwrap().iter().map(|v| v.to_string()));
-                assert!(t.get("stopped").is_none(), "{t:#}");
-            }
-            if kills >= 2 {
-                break;
+            End::Exited(out) => {
+                eprintln!("run {runs}: {}\n{}", support::text(&out.stdout), support::text(&out.stderr));
+                assert_eq!(out.status.code(), Some(0), "redrive failed");
+                let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+                for t in report["topologies"].as_array().unwrap() {
+                    reported_duplicates += t["possible_duplicates"].as_u64().unwrap();
+                    reported_ids.extend(t["possible_duplicate_ids"].as_array().unwrap().iter().map(|v| v.to_string()));
+                    assert!(t.get("stopped").is_none(), "{t:#}");
+                }
+                if kills >= 2 {
+                    break;
+                }
             }
         }
     }
@@ -665,7 +629,7 @@ async fn counts_add_up_when_the_main_queue_goes_mid_run(broker: Broker) {
     reject_into(&connection, "orders", &ids("c", 150), "orders.dlq", 150).await;
     // 150 at 50/s: three seconds, the queue deleted once a few have moved (not after a fixed
     // second: on a loaded machine the run may not have started by then).
-    let child = spawn_redrive(broker, &[&spec, "--rate", "50/s"]);
+    let child = spawned::hopper_on(broker, &["--format", "json", "redrive", &spec, "--rate", "50/s"]);
     support::wait_for_count_at_least(&connection, "orders", 5, Duration::from_secs(30)).await;
     let channel = connection.create_channel().await.unwrap();
     channel.queue_delete("orders".into(), Default::default()).await.unwrap();

@@ -15,6 +15,7 @@ use lapin::options::{BasicConsumeOptions, BasicGetOptions, BasicRejectOptions};
 use lapin::types::FieldTable;
 use serde_json::{Value, json};
 
+use crate::spawned::{self, End};
 use crate::support::{self, Broker, Vhost, on_every_broker};
 
 // ---------------------------------------------------------------------------------------------
@@ -100,30 +101,14 @@ fn hopper_with(amqp: Option<&str>, management: Option<&str>, args: &[&str]) -> O
 /// Runs hopper (no broker in its environment) and fails the test if it has not exited within
 /// `limit`: what it was given must never make it wait forever.
 fn hopper_within(limit: Duration, args: &[&str]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hopper"))
-        .args(args)
-        .env("NO_COLOR", "1")
-        .env_remove("HOPPER_AMQP_URL")
-        .env_remove("HOPPER_MANAGEMENT_URL")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run hopper");
-    let start = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "hopper {} still running after {limit:?} (killed); stderr so far:\n{}",
-                args.join(" "),
-                support::text(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().unwrap();
+    let out = match spawned::within(spawned::hopper(args, &[]), limit) {
+        End::Exited(out) => out,
+        End::Killed(out) => panic!(
+            "hopper {} still running after {limit:?} (killed); stderr so far:\n{}",
+            args.join(" "),
+            support::text(&out.stderr)
+        ),
+    };
     eprintln!("$ hopper {}\n{}{}", args.join(" "), support::text(&out.stdout), support::text(&out.stderr));
     out
 }

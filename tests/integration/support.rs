@@ -347,6 +347,20 @@ pub const CONNECTION_VARIABLES: [&str; 11] = [
 /// Runs the hopper binary with exactly these connection variables (and no other), and no
 /// config file unless `HOPPER_CONFIG` is among them.
 pub fn hopper_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let out = hopper_command(args, env).output().expect("run hopper");
+    // What the test did, for a failing test's output: a password never, even there.
+    let shown: Vec<String> = env
+        .iter()
+        .map(|(k, v)| if *k == "HOPPER_PASSWORD" { format!("{k}=***") } else { format!("{k}={v}") })
+        .collect();
+    let args: Vec<String> = args.iter().map(|a| hopper::broker::redact(a)).collect();
+    eprintln!("$ {} hopper {}\n{}{}", shown.join(" "), args.join(" "), text(&out.stdout), text(&out.stderr));
+    out
+}
+
+/// `hopper ARGS` with exactly these connection variables, and no config file unless
+/// `HOPPER_CONFIG` is among them: for `hopper_env`, and for the runs `spawned` starts.
+pub fn hopper_command(args: &[&str], env: &[(&str, &str)]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_hopper"));
     command.args(args).env("NO_COLOR", "1");
     for variable in CONNECTION_VARIABLES {
@@ -356,15 +370,7 @@ pub fn hopper_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     for (k, v) in env {
         command.env(k, v);
     }
-    let out = command.output().expect("run hopper");
-    // What the test did, for a failing test's output: a password never, even there.
-    let shown: Vec<String> = env
-        .iter()
-        .map(|(k, v)| if *k == "HOPPER_PASSWORD" { format!("{k}=***") } else { format!("{k}={v}") })
-        .collect();
-    let args: Vec<String> = args.iter().map(|a| hopper::broker::redact(a)).collect();
-    eprintln!("$ {} hopper {}\n{}{}", shown.join(" "), args.join(" "), text(&out.stdout), text(&out.stderr));
-    out
+    command
 }
 
 /// Runs `hopper --format json ARGS`: (exit code, stdout parsed as JSON). Panics, showing both
