@@ -13,7 +13,7 @@ use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
 use super::Endpoint;
 use super::identity::Cluster;
 use crate::live::{Live, LiveExchange, LiveQueue};
-use crate::model::{ArgValue, Arguments, Binding, Destination, Exchange, ExchangeType, Object, Queue, arg};
+use crate::model::{ArgValue, Arguments, Binding, Destination, Exchange, ExchangeType, Object, Queue, QueueType, arg};
 use crate::plan::{Difference, Plan, Property, Step};
 
 /// One connection to one vhost, with a channel that is reopened after the broker closes it (as
@@ -241,7 +241,7 @@ impl Session {
     pub async fn probe(
         &mut self,
         objects: &[&Object],
-        retyped: impl Fn(&Queue, &str) -> Option<Arguments>,
+        retyped: impl Fn(&Queue, &QueueType) -> Option<Arguments>,
     ) -> Result<Live> {
         let mut live = Live::default();
         for object in objects {
@@ -292,8 +292,8 @@ impl Session {
                             let Some(Difference { property: Property::Argument(key), live, .. }) = &refused else {
                                 break;
                             };
-                            let other_type = (key == arg::QUEUE_TYPE).then(|| live.as_ref().and_then(ArgValue::as_str));
-                            match (other_type.flatten().and_then(|t| retyped(q, t)), live) {
+                            let other_type = live.as_ref().filter(|_| key == arg::QUEUE_TYPE).map(QueueType::of_value);
+                            match (other_type.and_then(|t| retyped(q, &t)), live) {
                                 (Some(arguments), _) => learned.arguments = arguments,
                                 (None, Some(value)) => {
                                     learned.arguments.insert(key.clone(), value.clone());

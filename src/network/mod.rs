@@ -11,7 +11,7 @@ use serde::Serialize;
 use crate::compile::CompiledTopology;
 use crate::live::Live;
 use crate::model::{
-    ArgValue, Arguments, Binding, Destination, ExchangeName, ExchangeType, Object, QueueName, RoleKind,
+    ArgValue, Arguments, Binding, Destination, ExchangeName, ExchangeType, Object, QueueName, QueueType, RoleKind,
 };
 use crate::policy::{self, AppliedPolicy, Effective, Setting};
 use crate::version::{self, Version};
@@ -199,7 +199,7 @@ impl Network {
                     n.exchanges.insert(e.name.clone(), exchange);
                 }
                 Object::Queue(q) => {
-                    let quorum = crate::plan::is_quorum(&q.arguments);
+                    let quorum = QueueType::of(&q.arguments) == QueueType::Quorum;
                     let queue = Queue {
                         quorum,
                         durable: q.durable,
@@ -237,7 +237,7 @@ impl Network {
         }
         for (name, q) in &live.queues {
             let arguments = q.arguments.clone().unwrap_or_default();
-            let quorum = crate::plan::is_quorum(&arguments);
+            let quorum = QueueType::of(&arguments) == QueueType::Quorum;
             let ready = q.messages.map(|m| m.saturating_sub(q.unacked.unwrap_or(0)));
             let queue = Queue {
                 quorum,
@@ -593,7 +593,7 @@ impl Network {
 impl Network {
     pub(crate) fn with_queue(mut self, name: &str, arguments: &[(&str, ArgValue)]) -> Network {
         let arguments: Arguments = arguments.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
-        let quorum = crate::plan::is_quorum(&arguments);
+        let quorum = QueueType::of(&arguments) == QueueType::Quorum;
         let queue = Queue {
             quorum,
             durable: true,

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::broker::budget::Budget;
 use crate::broker::{Endpoint, amqp, http, identity};
 use crate::compile::CompiledTopology;
-use crate::model::Object;
+use crate::model::{Object, QueueType};
 use crate::plan::fingerprint::{self, BrokerSeen, Fingerprint, Moved, SeenObject};
 use crate::plan::{self, Options, Override, Plan, Step};
 
@@ -343,7 +343,7 @@ async fn converge(
         let (mut live, read_from, note) = if request.amqp_only {
             crate::output::narrate(|| format!("vhost `{vhost}`: probing it over AMQP (--amqp-only)"));
             let probing = session.insert(connect(vhost).await?);
-            let retyped = |q: &crate::model::Queue, t: &str| plan::retyped(topologies, q, t);
+            let retyped = |q: &crate::model::Queue, t: &crate::model::QueueType| plan::retyped(topologies, q, t);
             let live = probing.probe(&plan::desired(topologies), retyped).await?;
             let note = "--amqp-only: read over AMQP: bindings are declared again (idempotent), and queues left over by earlier specs cannot be listed";
             (live, ReadFrom::Amqp, Some(note.to_string()))
@@ -418,7 +418,7 @@ async fn converge(
         let creates_quorum = plan
             .steps
             .iter()
-            .any(|s| matches!(s, Step::Create { object: Object::Queue(q) } if crate::plan::is_quorum(&q.arguments)));
+            .any(|s| matches!(s, Step::Create { object: Object::Queue(q) } if QueueType::of(&q.arguments) == QueueType::Quorum));
         let quorum_members = live.nodes.as_deref().filter(|_| creates_quorum).map(plan::placement::quorum_members);
         work.push((session, plan, read_from, note, fingerprint, objects, quorum_members));
         crate::drop_aside(live);

@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::broker::amqp::{Peeked, Session};
 use crate::broker::{Endpoint, http, identity};
 use crate::hazard::{self, Finding};
-use crate::model::{ArgValue, Arguments, QueueName};
+use crate::model::{ArgValue, Arguments, QueueName, QueueType};
 use crate::network::{Network, Path, Reason};
 use crate::policy::{Setting, Source};
 
@@ -67,8 +67,9 @@ pub struct Group {
 #[derive(Debug, Serialize)]
 pub struct QueueReport {
     pub name: QueueName,
+    /// As the broker names it: a type hopper does not know is shown as it is, not as classic.
     #[serde(rename = "type")]
-    pub kind: &'static str,
+    pub kind: QueueType,
     pub ready: Option<u64>,
     pub unacked: Option<u64>,
     pub consumers: Option<u64>,
@@ -257,7 +258,7 @@ fn queue_report(n: &Network, name: &QueueName) -> QueueReport {
     QueueReport {
         delayed_retry,
         name: name.clone(),
-        kind: if q.quorum { "quorum" } else { "classic" },
+        kind: QueueType::of(&q.arguments),
         ready: q.ready,
         unacked: q.unacked,
         consumers: q.consumers,

@@ -12,7 +12,7 @@ use crate::broker::amqp::Session;
 use crate::broker::budget::Budget;
 use crate::broker::redrive::{self, DeadLetter, Limits, Mode};
 use crate::broker::{Endpoint, http, identity};
-use crate::model::{ArgValue, QueueName};
+use crate::model::{QueueName, QueueType};
 use crate::network::{Network, Reason};
 use crate::ops::inspect::{Group, first_death, peek_refusal, summarize};
 
@@ -98,7 +98,7 @@ pub struct TopologyReport {
     /// Where the dead letters went (on a dry run: would go), through the default exchange.
     pub to: QueueName,
     #[serde(rename = "type")]
-    pub kind: &'static str,
+    pub kind: QueueType,
     /// Dead letters in the queue when the run started: the run looks at no more than these.
     pub started_with: u64,
     pub scanned: u64,
@@ -157,8 +157,7 @@ pub fn run(endpoint: &Endpoint, request: &Request, emit: impl FnOnce(&Report) ->
                     );
                 }
             }
-            let kind = live.queues[dlq].arguments.as_ref().and_then(|a| a.get("x-queue-type")).and_then(ArgValue::as_str);
-            if kind == Some("stream") {
+            if live.queues[dlq].arguments.as_ref().is_some_and(|a| QueueType::of(a) == QueueType::Stream) {
                 bail!(
                     "`{dlq}` is a stream: reading a stream removes nothing, so its dead letters cannot be moved; nothing was moved"
                 );
@@ -177,15 +176,16 @@ pub fn run(endpoint: &Endpoint, request: &Request, emit: impl FnOnce(&Report) ->
                     "`{dlq}` has {consumers} consumer(s): a redrive reads it alone (an exclusive consumer), so that no dead letter is taken twice. Stop them and run again; nothing was moved"
                 );
             }
-            let quorum = network.queues.get(dlq).is_some_and(|q| q.quorum);
-            checked.push((target, session, ready, quorum));
+            let kind = network.queues.get(dlq).map_or(QueueType::Classic, |q| QueueType::of(&q.arguments));
+            checked.push((target, session, ready, kind));
         }
 
         let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let selected = |d: &DeadLetter| request.filter.matches(d, now);
         let mut topologies = Vec::new();
         let mut open = Vec::new();
-        for (target, session, ready, quorum) in checked {
+        for (target, session, ready, kind) in checked {
+            let quorum = kind == QueueType::Quorum;
             let limits = Limits {
                 scan: ready,
                 max: request.max,
@@ -208,7 +208,7 @@ pub fn run(endpoint: &Endpoint, request: &Request, emit: impl FnOnce(&Report) ->
                 vhost: target.vhost.clone(),
                 dead_letter_queue: dlq.clone(),
                 to: main.clone(),
-                kind: if quorum { "quorum" } else { "classic" },
+                kind,
                 started_with: ready,
                 scanned: done.scanned,
                 moved: if request.dry_run { 0 } else { done.moved },

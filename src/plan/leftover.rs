@@ -5,10 +5,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::index::Index;
-use super::{Desired, Options, Step, is_quorum};
+use super::{Desired, Options, Step};
 use crate::compile::GeneratedName;
 use crate::live::{Live, LiveQueue};
-use crate::model::{ArgValue, Binding, Destination, Key, QueueName, arg};
+use crate::model::{ArgValue, Binding, Destination, Key, QueueName, QueueType, arg};
 use crate::spec::Topology;
 
 /// The unbind, extra and delete steps for the vhost's left-overs.
@@ -89,7 +89,7 @@ pub(super) fn steps(desired: &Desired, live: &Live, options: &Options, index: &I
         } else if !prune {
             "pass --prune to remove it, empty and unused as it is".to_string()
         } else {
-            let quorum = q.arguments.as_ref().is_some_and(is_quorum);
+            let quorum = q.arguments.as_ref().is_some_and(|a| QueueType::of(a) == QueueType::Quorum);
             steps.push(Step::Delete { queue: (*name).clone(), broker_checks: !quorum });
             continue;
         };

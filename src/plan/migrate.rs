@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::queue_differences;
 use crate::live::{Live, LiveQueue};
-use crate::model::{ArgValue, Binding, Destination, Queue, QueueName, arg};
+use crate::model::{Binding, Destination, Queue, QueueName, QueueType};
 
 pub(super) const HOLDING_PREFIX: &str = "hopper.migrating.";
 
@@ -109,8 +109,7 @@ pub fn blocker(
             "moving a queue's bindings needs them listed: run apply where the management API is reachable".into(),
         );
     }
-    let kind = l.arguments.as_ref().and_then(|a| a.get(arg::QUEUE_TYPE)).and_then(ArgValue::as_str);
-    if kind == Some("stream") {
+    if l.arguments.as_ref().is_some_and(|a| QueueType::of(a) == QueueType::Stream) {
         return Some(
             "a stream cannot be emptied (reading it removes nothing): give the topology's queue another name".into(),
         );
@@ -139,7 +138,7 @@ pub fn blocker(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Arguments, Role};
+    use crate::model::{ArgValue, Arguments, Role, arg};
     use crate::plan::Index;
 
     fn queue(kind: &str) -> Queue {

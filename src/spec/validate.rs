@@ -143,13 +143,8 @@ fn topology(
         "strategy",
         diags,
     );
-    let queue_type = one_of(
-        &f.queue_type,
-        QueueType::Quorum,
-        &[("quorum", QueueType::Quorum), ("classic", QueueType::Classic)],
-        "queue type",
-        diags,
-    );
+    let queue_type =
+        one_of(&f.queue_type, QueueType::Quorum, &QueueType::ALL.map(|t| (t.as_str(), t)), "queue type", diags);
 
     let routing_keys = match (&f.routing_keys, exchange_type) {
         // An explicit empty list is how a fanout topology overrides keys from [defaults].
