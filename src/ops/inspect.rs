@@ -139,8 +139,8 @@ pub fn run(endpoint: &Endpoint, request: &Request) -> Result<Vec<Report>> {
             network.queue_names().into_iter().filter(|q| selected(q)).map(|q| queue_report(&network, q)).collect();
         let dead_letters = match (&request.queue, request.peek) {
             (Some(queue), Some(limit)) => {
-                if let Some(refusal) = peek_refusal(&network, queue) {
-                    bail!("{refusal}");
+                if let Some(refused) = peek_refusal(&network, queue) {
+                    bail!("{}", refused.refusal(Reader::Peek));
                 }
                 let peeked = runtime.block_on(async {
                     let cluster = cluster.as_ref().expect("checked when a peek was asked for");
@@ -172,22 +172,55 @@ pub fn run(endpoint: &Endpoint, request: &Request) -> Result<Vec<Report>> {
     Ok(reports)
 }
 
+/// Why reading a queue's messages and giving them back could lose some: a quorum queue whose
+/// delivery limit a message near it would reach by being given back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReachableLimit {
+    pub queue: QueueName,
+    pub limit: i64,
+    /// Where a message that reaches the limit goes: its dead-letter exchange, or `None`, dropped.
+    pub dead_letter_exchange: Option<String>,
+}
+
+/// What reads a queue and gives its messages back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reader {
+    Peek,
+    Redrive,
+}
+
+impl ReachableLimit {
+    /// The refusal, as the reader that refuses says it.
+    pub fn refusal(&self, reader: Reader) -> String {
+        let (queue, limit) = (&self.queue, self.limit);
+        let not = match reader {
+            Reader::Peek => "not peeking at",
+            Reader::Redrive => "not redriving",
+        };
+        let then = match &self.dead_letter_exchange {
+            Some(x) => format!("dead-lettered to `{x}`"),
+            None => "dropped".to_string(),
+        };
+        format!(
+            "{not} `{queue}`: it is a quorum queue with a delivery limit of {limit}, and every message a peek gives back counts as a delivery, so messages near the limit would be {then}. Read it with a consumer that acks, or move its messages to a queue without a reachable limit first"
+        )
+    }
+}
+
 /// Why peeking at `queue` could lose a message, if it could. A peek gives every message back;
 /// on a quorum queue each return counts as a delivery (RabbitMQ 4.0 to 4.2), so a reachable
 /// delivery limit would dead-letter or drop messages.
-pub fn peek_refusal(n: &Network, queue: &str) -> Option<String> {
+pub fn peek_refusal(n: &Network, queue: &QueueName) -> Option<ReachableLimit> {
     let q = n.queues.get(queue)?;
     let limit = n.delivery_limit(queue)?;
     if !q.quorum || limit >= 10_000 {
         return None;
     }
-    let then = match n.text(queue, Setting::DeadLetterExchange) {
-        Some(x) => format!("dead-lettered to `{x}`"),
-        None => "dropped".to_string(),
-    };
-    Some(format!(
-        "not peeking at `{queue}`: it is a quorum queue with a delivery limit of {limit}, and every message a peek gives back counts as a delivery, so messages near the limit would be {then}. Read it with a consumer that acks, or move its messages to a queue without a reachable limit first"
-    ))
+    Some(ReachableLimit {
+        queue: queue.clone(),
+        limit,
+        dead_letter_exchange: n.text(queue, Setting::DeadLetterExchange),
+    })
 }
 
 pub fn peek_effect(quorum: bool) -> String {
@@ -281,6 +314,28 @@ mod tests {
             redelivered: false,
             message_id: Some("m".into()),
         }
+    }
+
+    /// A peek and a redrive refuse a reachable limit alike, each in its own words.
+    #[test]
+    fn a_reachable_limit_is_refused_by_each_reader() {
+        use crate::model::ArgValue;
+        let quorum = ("x-queue-type", ArgValue::str("quorum"));
+        let n = Network::default()
+            .with_queue("parked", &[quorum.clone(), ("x-delivery-limit", ArgValue::Int(2))])
+            .with_queue("unlimited", &[quorum, ("x-delivery-limit", ArgValue::Int(10_000))])
+            .with_queue("classic", &[("x-delivery-limit", ArgValue::Int(2))]);
+        let refused = peek_refusal(&n, &"parked".into()).unwrap();
+        assert_eq!((refused.limit, refused.dead_letter_exchange.as_deref()), (2, None));
+        assert!(
+            refused
+                .refusal(Reader::Peek)
+                .starts_with("not peeking at `parked`: it is a quorum queue with a delivery limit of 2,")
+        );
+        assert!(refused.refusal(Reader::Redrive).starts_with("not redriving `parked`: it is a quorum queue"));
+        assert!(refused.refusal(Reader::Redrive).contains("would be dropped."));
+        assert_eq!(peek_refusal(&n, &"unlimited".into()), None);
+        assert_eq!(peek_refusal(&n, &"classic".into()), None);
     }
 
     #[test]

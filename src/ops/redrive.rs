@@ -14,7 +14,7 @@ use crate::broker::redrive::{self, DeadLetter, Limits, Mode};
 use crate::broker::{Endpoint, http, identity};
 use crate::model::{QueueName, QueueType};
 use crate::network::{Network, Reason};
-use crate::ops::inspect::{Group, first_death, peek_refusal, summarize};
+use crate::ops::inspect::{Group, Reader, first_death, peek_refusal, summarize};
 
 /// One topology's dead-letter queue and where its dead letters go back to.
 #[derive(Debug, Clone)]
@@ -165,7 +165,7 @@ pub fn run(endpoint: &Endpoint, request: &Request, emit: impl FnOnce(&Report) ->
             // Dead letters that stay are given back, which a quorum queue counts as a delivery
             // (up to 4.2): where a limit could be reached, refused as inspect refuses a peek.
             if let Some(refusal) = peek_refusal(&network, dlq) {
-                bail!("{}", refusal.replacen("not peeking at", "not redriving", 1));
+                bail!("{}", refusal.refusal(Reader::Redrive));
             }
             let mut session = Session::connect(endpoint, &target.vhost, &cluster).await?;
             let Some((ready, consumers)) = session.queue_counts(dlq).await? else {
