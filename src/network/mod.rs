@@ -105,6 +105,45 @@ impl Reason {
     }
 }
 
+/// A death's reason as a message's `x-death` (or `x-first-death-reason`) says it: one of
+/// RabbitMQ's, or a reason hopper does not know (a later broker's), kept as its own text so that
+/// a summary shows it as the broker wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeathReason {
+    Known(Reason),
+    Other(String),
+}
+
+impl DeathReason {
+    pub fn as_str(&self) -> &str {
+        match self {
+            DeathReason::Known(r) => r.as_str(),
+            DeathReason::Other(text) => text,
+        }
+    }
+}
+
+impl From<&str> for DeathReason {
+    fn from(text: &str) -> Self {
+        match Reason::ALL.into_iter().find(|r| r.as_str() == text) {
+            Some(r) => DeathReason::Known(r),
+            None => DeathReason::Other(text.to_string()),
+        }
+    }
+}
+
+impl std::fmt::Display for DeathReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl Serialize for DeathReason {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
 /// Where routing a message took it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Routed {

@@ -11,7 +11,7 @@ use crate::broker::amqp::{Peeked, Session};
 use crate::broker::{Endpoint, http, identity};
 use crate::hazard::{self, Finding};
 use crate::model::{ArgValue, Arguments, QueueName, QueueType};
-use crate::network::{Network, Path, Reason};
+use crate::network::{DeathReason, Network, Path, Reason};
 use crate::policy::{Setting, Source};
 
 /// One vhost to inspect, and the queues in it to look at (`None`: all).
@@ -57,11 +57,28 @@ pub struct DeadLetterSummary {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Group {
     pub first_death_queue: String,
-    pub first_death_reason: String,
+    /// `None` for messages that never died; shown as `(none)`.
+    #[serde(serialize_with = "reason_or_none")]
+    pub first_death_reason: Option<DeathReason>,
     pub messages: usize,
     /// Seconds since the epoch of the oldest and newest first deaths in the group.
     pub oldest: Option<u64>,
     pub newest: Option<u64>,
+}
+
+/// What a summary shows for a first death's queue or reason it has none of: a message that
+/// never died (one published straight to a dead-letter queue).
+pub const NONE: &str = "(none)";
+
+impl Group {
+    /// The first death's reason as shown: RabbitMQ's name of it, or `(none)`.
+    pub fn reason(&self) -> &str {
+        self.first_death_reason.as_ref().map_or(NONE, DeathReason::as_str)
+    }
+}
+
+fn reason_or_none<S: serde::Serializer>(reason: &Option<DeathReason>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(reason.as_ref().map_or(NONE, DeathReason::as_str))
 }
 
 #[derive(Debug, Serialize)]
@@ -238,7 +255,7 @@ pub fn peek_effect(quorum: bool) -> String {
 /// The queue and reason of a dead letter's first death, and its time (seconds since the epoch):
 /// `x-first-death-*` where the broker set them, else the oldest `x-death` entry. Both `None` for
 /// a message that never died (one published straight to a dead-letter queue).
-pub fn first_death(p: &Peeked) -> (Option<String>, Option<String>, Option<u64>) {
+pub fn first_death(p: &Peeked) -> (Option<String>, Option<DeathReason>, Option<u64>) {
     let queue = p.first_death_queue.clone().or_else(|| p.deaths.last().map(|d| d.queue.clone()));
     let reason = p.first_death_reason.clone().or_else(|| p.deaths.last().map(|d| d.reason.clone()));
     let time = p
@@ -251,11 +268,13 @@ pub fn first_death(p: &Peeked) -> (Option<String>, Option<String>, Option<u64>) 
 
 /// Dead letters grouped by the queue and reason of their first death. Pure.
 pub fn summarize(peeked: &[Peeked]) -> Vec<Group> {
+    // Keyed by the reason's text: groups of as many messages are listed in the order of its name.
     let mut groups: BTreeMap<(String, String), Group> = BTreeMap::new();
     for p in peeked {
         let (queue, reason, time) = first_death(p);
-        let (queue, reason) = (queue.unwrap_or_else(|| "(none)".into()), reason.unwrap_or_else(|| "(none)".into()));
-        let g = groups.entry((queue.clone(), reason.clone())).or_insert(Group {
+        let queue = queue.unwrap_or_else(|| NONE.into());
+        let key = (queue.clone(), reason.as_ref().map_or(NONE, DeathReason::as_str).to_string());
+        let g = groups.entry(key).or_insert(Group {
             first_death_queue: queue,
             first_death_reason: reason,
             messages: 0,
@@ -316,6 +335,25 @@ mod tests {
         }
     }
 
+    /// A message that never died is grouped and shown as `(none)`; a reason hopper does not
+    /// know, as the broker wrote it.
+    #[test]
+    fn first_deaths_without_a_reason_or_with_another_are_shown_as_they_are() {
+        let never = Peeked {
+            first_death_queue: None,
+            first_death_reason: None,
+            deaths: vec![],
+            redelivered: false,
+            message_id: None,
+        };
+        let groups = summarize(&[never, message(("orders", "later_reason"), 5)]);
+        let json = serde_json::to_value(&groups).unwrap();
+        assert_eq!(json[0]["first_death_reason"], serde_json::json!("(none)"));
+        assert_eq!(json[0]["first_death_queue"], serde_json::json!("(none)"));
+        assert_eq!(json[1]["first_death_reason"], serde_json::json!("later_reason"));
+        assert_eq!((groups[0].reason(), groups[1].reason()), ("(none)", "later_reason"));
+    }
+
     /// A peek and a redrive refuse a reachable limit alike, each in its own words.
     #[test]
     fn a_reachable_limit_is_refused_by_each_reader() {
@@ -350,14 +388,14 @@ mod tests {
             vec![
                 Group {
                     first_death_queue: "orders".into(),
-                    first_death_reason: "rejected".into(),
+                    first_death_reason: Some(DeathReason::Known(Reason::Rejected)),
                     messages: 2,
                     oldest: Some(100),
                     newest: Some(300)
                 },
                 Group {
                     first_death_queue: "orders".into(),
-                    first_death_reason: "delivery_limit".into(),
+                    first_death_reason: Some(DeathReason::Known(Reason::DeliveryLimit)),
                     messages: 1,
                     oldest: Some(200),
                     newest: Some(200)

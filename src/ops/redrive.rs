@@ -13,7 +13,7 @@ use crate::broker::budget::Budget;
 use crate::broker::redrive::{self, DeadLetter, Limits, Mode};
 use crate::broker::{Endpoint, http, identity};
 use crate::model::{QueueName, QueueType};
-use crate::network::{Network, Reason};
+use crate::network::{DeathReason, Network, Reason};
 use crate::ops::inspect::{Group, Reader, first_death, peek_refusal, summarize};
 
 /// One topology's dead-letter queue and where its dead letters go back to.
@@ -55,7 +55,8 @@ impl Filter {
     /// death without a time matches no age. Pure.
     pub fn matches(&self, d: &DeadLetter, now: u64) -> bool {
         let (queue, reason, time) = first_death(&d.death);
-        let reason_ok = self.reasons.is_empty() || reason.is_some_and(|r| self.reasons.iter().any(|x| x.as_str() == r));
+        let reason_ok =
+            self.reasons.is_empty() || matches!(reason, Some(DeathReason::Known(r)) if self.reasons.contains(&r));
         let queue_ok = self.first_queues.is_empty() || queue.is_some_and(|q| self.first_queues.contains(&q));
         let age = time.map(|t| now.saturating_sub(t));
         let older_ok = self.older_than.is_none_or(|min| age.is_some_and(|a| a >= min.as_secs()));
