@@ -19,7 +19,7 @@ use serde::Serialize;
 // below both, so that neither imports the other.
 pub use crate::model::{Difference, Property};
 pub use index::{Generators, Index, Owners};
-pub use leftover::left_over;
+pub use leftover::{Kept, left_over};
 pub use remedy::{SpecEdit, WayOut, retyped};
 
 use crate::compile::CompiledTopology;
@@ -92,7 +92,7 @@ pub enum Step {
         messages: Option<u64>,
         consumers: Option<u64>,
         drains_into: Option<String>,
-        kept_because: Option<String>,
+        kept_because: Kept,
     },
     /// An extra queue removed by `--prune`: it was empty and unused. Classic queues are deleted
     /// with `if-empty` and `if-unused`, so the broker re-checks at that instant; quorum queues
