@@ -47,7 +47,7 @@ pub struct DeadLetterSummary {
     pub queue: QueueName,
     pub peeked: usize,
     /// What the peek did to the messages, plainly.
-    pub effect: String,
+    pub effect: PeekEffect,
     pub groups: Vec<Group>,
     /// Messages without a message id: a consumer cannot tell their duplicates (a redrive, a
     /// lost ack) from new messages.
@@ -170,7 +170,7 @@ pub fn run(endpoint: &Endpoint, request: &Request) -> Result<Vec<Report>> {
                 Some(DeadLetterSummary {
                     queue: queue.clone(),
                     peeked: peeked.len(),
-                    effect: peek_effect(quorum),
+                    effect: PeekEffect(GiveBack::of(quorum)),
                     groups: summarize(&peeked),
                     without_message_id: peeked.iter().filter(|p| p.message_id.is_none()).count(),
                 })
@@ -240,16 +240,46 @@ pub fn peek_refusal(n: &Network, queue: &QueueName) -> Option<ReachableLimit> {
     })
 }
 
-pub fn peek_effect(quorum: bool) -> String {
-    let order = if quorum {
-        "go back to the head of the queue in their original order"
-    } else {
-        "go back to their original positions"
-    };
-    let count = if quorum { "; each counts one more delivery (x-delivery-count)" } else { "" };
-    format!(
-        "read with basic.get and given back unacknowledged: none was consumed; they {order}, and are marked redelivered{count}"
-    )
+/// Where a queue puts the messages a reader gives back, as its type decides: a quorum queue at
+/// its head in their order, counting a delivery each (on 4.3 not for a nack); a classic queue at
+/// their own positions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GiveBack {
+    Quorum,
+    Classic,
+}
+
+impl GiveBack {
+    pub fn of(quorum: bool) -> GiveBack {
+        if quorum { GiveBack::Quorum } else { GiveBack::Classic }
+    }
+}
+
+/// What a peek did to the messages it read: it gave every one back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeekEffect(pub GiveBack);
+
+impl std::fmt::Display for PeekEffect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (order, count) = match self.0 {
+            GiveBack::Quorum => (
+                "go back to the head of the queue in their original order",
+                "; each counts one more delivery (x-delivery-count)",
+            ),
+            GiveBack::Classic => ("go back to their original positions", ""),
+        };
+        write!(
+            f,
+            "read with basic.get and given back unacknowledged: none was consumed; they {order}, and are marked redelivered{count}"
+        )
+    }
+}
+
+/// As the sentence: the JSON report's `effect` is the line a person reads.
+impl Serialize for PeekEffect {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
 }
 
 /// The queue and reason of a dead letter's first death, and its time (seconds since the epoch):
@@ -352,6 +382,21 @@ mod tests {
         assert_eq!(json[0]["first_death_queue"], serde_json::json!("(none)"));
         assert_eq!(json[1]["first_death_reason"], serde_json::json!("later_reason"));
         assert_eq!((groups[0].reason(), groups[1].reason()), ("(none)", "later_reason"));
+    }
+
+    /// The effect is a value; its sentence is what the JSON holds, and says what the type decides.
+    #[test]
+    fn a_peeks_effect_follows_the_queue_type() {
+        let quorum = PeekEffect(GiveBack::Quorum);
+        assert!(quorum.to_string().ends_with(
+            "in their original order, and are marked redelivered; each counts one more delivery (x-delivery-count)"
+        ));
+        assert!(
+            PeekEffect(GiveBack::Classic)
+                .to_string()
+                .ends_with("go back to their original positions, and are marked redelivered")
+        );
+        assert_eq!(serde_json::to_value(quorum).unwrap(), serde_json::json!(quorum.to_string()));
     }
 
     /// A peek and a redrive refuse a reachable limit alike, each in its own words.

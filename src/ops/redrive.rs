@@ -14,7 +14,7 @@ use crate::broker::redrive::{self, DeadLetter, Limits, Mode};
 use crate::broker::{Endpoint, http, identity};
 use crate::model::{QueueName, QueueType};
 use crate::network::{DeathReason, Network, Reason};
-use crate::ops::inspect::{Group, Reader, first_death, peek_refusal, summarize};
+use crate::ops::inspect::{GiveBack, Group, Reader, first_death, peek_refusal, summarize};
 
 /// One topology's dead-letter queue and where its dead letters go back to.
 #[derive(Debug, Clone)]
@@ -123,7 +123,7 @@ pub struct TopologyReport {
     /// The moved dead letters (on a dry run: those that would move), by first death.
     pub groups: Vec<Group>,
     /// What the run did to the dead letters that stayed.
-    pub effect: String,
+    pub effect: RedriveEffect,
     /// Why the run stopped early; what was not moved is still in the dead-letter queue.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stopped: Option<String>,
@@ -219,7 +219,7 @@ pub fn run(endpoint: &Endpoint, request: &Request, emit: impl FnOnce(&Report) ->
                 stayed: done.kept,
                 given_back: done.scanned.saturating_sub(done.moved + done.kept),
                 groups: summarize(&done.moved_deaths),
-                effect: given_back(quorum, request.dry_run),
+                effect: RedriveEffect { give_back: GiveBack::of(quorum), dry_run: request.dry_run },
                 stopped: done.stopped,
             });
         }
@@ -235,17 +235,36 @@ pub fn run(endpoint: &Endpoint, request: &Request, emit: impl FnOnce(&Report) ->
     })
 }
 
-fn given_back(quorum: bool, dry_run: bool) -> String {
-    let which = if dry_run { "every dead letter was" } else { "dead letters that stayed were" };
-    let place = if quorum { "back at the head of the queue in their order" } else { "back at their own positions" };
-    let count = if quorum {
-        "; on RabbitMQ 3.x to 4.2 each counts one more delivery (x-delivery-count), on 4.3 none (a nack is not a failed delivery)"
-    } else {
-        ""
-    };
-    format!(
-        "{which} held unacknowledged by the run's consumer and given back with basic.nack, one by one: {place}, marked redelivered{count}"
-    )
+/// What a run did to the dead letters it gave back: on a dry run every one, else those that
+/// stayed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RedriveEffect {
+    pub give_back: GiveBack,
+    pub dry_run: bool,
+}
+
+impl std::fmt::Display for RedriveEffect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let which = if self.dry_run { "every dead letter was" } else { "dead letters that stayed were" };
+        let (place, count) = match self.give_back {
+            GiveBack::Quorum => (
+                "back at the head of the queue in their order",
+                "; on RabbitMQ 3.x to 4.2 each counts one more delivery (x-delivery-count), on 4.3 none (a nack is not a failed delivery)",
+            ),
+            GiveBack::Classic => ("back at their own positions", ""),
+        };
+        write!(
+            f,
+            "{which} held unacknowledged by the run's consumer and given back with basic.nack, one by one: {place}, marked redelivered{count}"
+        )
+    }
+}
+
+/// As the sentence: the JSON report's `effect` is the line a person reads.
+impl Serialize for RedriveEffect {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
 }
 
 #[cfg(test)]
