@@ -114,14 +114,17 @@ pub struct SettingValue {
 pub fn run(endpoint: &Endpoint, request: &Request) -> Result<Vec<Report>> {
     let runtime = super::runtime()?;
     // A peek reads over AMQP what was judged safe on the management API's broker: both must be
-    // one cluster before either is read.
-    let cluster = match request.peek {
-        Some(_) => Some(runtime.block_on(async {
-            let amqp_identity = identity::amqp(endpoint).await?;
-            let http_identity = http::identity(endpoint).await?;
-            identity::same_cluster(endpoint, &amqp_identity, &http_identity)?;
-            anyhow::Ok(http_identity)
-        })?),
+    // one cluster before either is read. A peek is asked for with the cluster it reads.
+    let peek = match request.peek {
+        Some(limit) => Some((
+            limit,
+            runtime.block_on(async {
+                let amqp_identity = identity::amqp(endpoint).await?;
+                let http_identity = http::identity(endpoint).await?;
+                identity::same_cluster(endpoint, &amqp_identity, &http_identity)?;
+                anyhow::Ok(http_identity)
+            })?,
+        )),
         None => None,
     };
     let mut reports = Vec::new();
@@ -154,15 +157,14 @@ pub fn run(endpoint: &Endpoint, request: &Request) -> Result<Vec<Report>> {
             .collect();
         let queues =
             network.queue_names().into_iter().filter(|q| selected(q)).map(|q| queue_report(&network, q)).collect();
-        let dead_letters = match (&request.queue, request.peek) {
-            (Some(queue), Some(limit)) => {
+        let dead_letters = match (&request.queue, &peek) {
+            (Some(queue), Some((limit, cluster))) => {
                 if let Some(refused) = peek_refusal(&network, queue) {
                     bail!("{}", refused.refusal(Reader::Peek));
                 }
                 let peeked = runtime.block_on(async {
-                    let cluster = cluster.as_ref().expect("checked when a peek was asked for");
                     let mut session = Session::connect(endpoint, vhost, cluster).await?;
-                    let peeked = session.peek(queue, limit).await;
+                    let peeked = session.peek(queue, *limit).await;
                     session.close().await;
                     peeked
                 })?;
