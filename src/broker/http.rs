@@ -17,7 +17,7 @@ use super::identity::{Cluster, Unnamed};
 use super::progress::{Answer, Progress};
 use crate::live::{Alarm, Live, LiveExchange, LiveQueue, Member, Node, Placement};
 use crate::model::{ArgKey, ArgValue, Arguments, Binding, Destination, ExchangeName, QueueName, QueueType, arg};
-use crate::policy::AppliedPolicy;
+use crate::policy::{self, ApplyTo, Policy};
 
 /// A client of one management API, signed in as the run's user.
 #[derive(Clone)]
@@ -829,8 +829,8 @@ async fn list_with(api: &Api, vhost: &str, stats: Stats, progress: &Progress) ->
                 let queue = LiveQueue {
                     durable: q.durable,
                     auto_delete: q.auto_delete,
-                    policy: matching(&policies, &q.name, &q.kind),
-                    operator_policy: matching(&operator_policies, &q.name, &q.kind),
+                    policy: policy::matching(&policies, &q.name, &q.kind),
+                    operator_policy: policy::matching(&operator_policies, &q.name, &q.kind),
                     arguments: Some(arguments),
                     refused: None,
                     messages: counted.then_some(q.messages),
@@ -922,52 +922,13 @@ pub async fn identity(endpoint: &Endpoint) -> Result<Cluster> {
     Ok(Cluster { name: overview.cluster_name, version: overview.rabbitmq_version, unnamed })
 }
 
-/// A policy as RabbitMQ matches it: its pattern compiled once, and what it applies.
-struct Matcher {
-    name: String,
-    priority: i64,
-    apply_to: String,
-    /// `None` for a pattern this engine cannot compile: it matches nothing, as before.
-    pattern: Option<regex_lite::Regex>,
-    applied: Arc<AppliedPolicy>,
-}
-
-/// The policy that applies to a queue: the matching one of highest priority (RabbitMQ does not
-/// merge policies), ties broken by name. Resolved here from the policy listing rather than read
-/// from the queue's `policy` field, which the management API refreshes only every few seconds.
-fn matching(policies: &[Matcher], queue: &str, queue_type: &QueueType) -> Option<Arc<AppliedPolicy>> {
-    policies
-        .iter()
-        .filter(|p| applies_to(&p.apply_to, queue_type) && p.pattern.as_ref().is_some_and(|re| re.is_match(queue)))
-        .max_by(|a, b| a.priority.cmp(&b.priority).then_with(|| b.name.cmp(&a.name)))
-        .map(|p| p.applied.clone())
-}
-
-/// Whether a policy's `apply-to` covers a queue of this type: `all` and `queues` cover every
-/// queue (streams too), `classic_queues`, `quorum_queues` and `streams` their own type.
-fn applies_to(apply_to: &str, queue_type: &QueueType) -> bool {
-    match apply_to {
-        "all" | "queues" => true,
-        "classic_queues" => *queue_type == QueueType::Classic,
-        "quorum_queues" => *queue_type == QueueType::Quorum,
-        "streams" => *queue_type == QueueType::Stream,
-        _ => false,
-    }
-}
-
-/// Each policy with what it applies, made once and shared by every queue it matches.
-fn applied(policies: Vec<PolicyInfo>) -> Vec<Matcher> {
+/// Each policy as listed, made once into what `policy::matching` matches queues against.
+fn applied(policies: Vec<PolicyInfo>) -> Vec<Policy> {
     policies
         .into_iter()
         .map(|p| {
             let definition = p.definition.into_iter().filter_map(|(k, v)| Some((k, arg(v)?))).collect();
-            Matcher {
-                applied: Arc::new(AppliedPolicy { name: p.name.clone(), definition }),
-                pattern: regex_lite::Regex::new(&p.pattern).ok(),
-                name: p.name,
-                priority: p.priority,
-                apply_to: p.apply_to,
-            }
+            Policy::new(p.name, &p.pattern, ApplyTo::from(&*p.apply_to), p.priority, definition)
         })
         .collect()
 }
@@ -1105,13 +1066,6 @@ mod tests {
         // The same escaping as the AMQP URL's vhost, which reads back as itself.
         let url = format!("amqp://h/{}", segment("a/b é%"));
         assert_eq!(super::super::uri::parse(&url).unwrap().vhost.as_deref(), Some("a/b é%"));
-    }
-
-    #[test]
-    fn apply_to_as_rabbitmq_reads_it() {
-        assert!(applies_to("queues", &QueueType::Stream) && applies_to("all", &QueueType::Quorum));
-        assert!(applies_to("quorum_queues", &QueueType::Quorum) && !applies_to("quorum_queues", &QueueType::Classic));
-        assert!(!applies_to("exchanges", &QueueType::Classic));
     }
 
     fn listed(json: &str) -> Result<Vec<QueueInfo>, serde_json::Error> {
