@@ -159,8 +159,8 @@ pub fn run(endpoint: &Endpoint, request: &Request) -> Result<Vec<Report>> {
             network.queue_names().into_iter().filter(|q| selected(q)).map(|q| queue_report(&network, q)).collect();
         let dead_letters = match (&request.queue, &peek) {
             (Some(queue), Some((limit, cluster))) => {
-                if let Some(refused) = peek_refusal(&network, queue) {
-                    bail!("{}", refused.refusal(Reader::Peek));
+                if let Some(reachable) = peek_refusal(&network, queue) {
+                    bail!("{}", reachable.refusal(Reader::Peek));
                 }
                 let peeked = runtime.block_on(async {
                     let mut session = Session::connect(endpoint, vhost, cluster).await?;

@@ -165,8 +165,8 @@ pub fn run(endpoint: &Endpoint, request: &Request, emit: impl FnOnce(&Report) ->
             }
             // Dead letters that stay are given back, which a quorum queue counts as a delivery
             // (up to 4.2): where a limit could be reached, refused as inspect refuses a peek.
-            if let Some(refusal) = peek_refusal(&network, dlq) {
-                bail!("{}", refusal.refusal(Reader::Redrive));
+            if let Some(reachable) = peek_refusal(&network, dlq) {
+                bail!("{}", reachable.refusal(Reader::Redrive));
             }
             let mut session = Session::connect(endpoint, &target.vhost, &cluster).await?;
             let Some((ready, consumers)) = session.queue_counts(dlq).await? else {
