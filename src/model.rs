@@ -442,6 +442,80 @@ impl Role {
     }
 }
 
+/// A queue's type as RabbitMQ names it, read once where text comes in (a listing's `type`, an
+/// `x-queue-type` argument): classic, quorum, stream, or a type of a later broker or a plugin,
+/// kept as its own text so that diff and inspect show it exactly rather than a guess.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(test, derive(strum::EnumIter))]
+pub enum QueueType {
+    Classic,
+    Quorum,
+    Stream,
+    Other(String),
+}
+
+impl QueueType {
+    /// RabbitMQ's names of the types it knows, written once: parsed from and rendered as these.
+    pub const CLASSIC: &'static str = "classic";
+    pub const QUORUM: &'static str = "quorum";
+    pub const STREAM: &'static str = "stream";
+
+    /// The types a name parses to; every other is `Other`.
+    pub const KNOWN: [QueueType; 3] = [QueueType::Classic, QueueType::Quorum, QueueType::Stream];
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            QueueType::Classic => Self::CLASSIC,
+            QueueType::Quorum => Self::QUORUM,
+            QueueType::Stream => Self::STREAM,
+            QueueType::Other(name) => name,
+        }
+    }
+
+    /// The type RabbitMQ takes a queue with these arguments to be: its `x-queue-type`, or
+    /// classic without one (brokers before 3.11 list queues declared without it so). A value
+    /// that is not text is no type RabbitMQ names, and is kept as it shows.
+    pub fn of(arguments: &Arguments) -> QueueType {
+        arguments.get(arg::QUEUE_TYPE).map_or(QueueType::Classic, QueueType::of_value)
+    }
+
+    /// The type an `x-queue-type` value names.
+    pub fn of_value(value: &ArgValue) -> QueueType {
+        match value {
+            ArgValue::Str(name) => QueueType::from(&**name),
+            other => QueueType::Other(other.to_string()),
+        }
+    }
+
+    /// The argument that declares a queue of this type.
+    pub fn argument(&self) -> ArgValue {
+        ArgValue::str(self.as_str())
+    }
+}
+
+impl From<&str> for QueueType {
+    fn from(name: &str) -> Self {
+        match name {
+            Self::CLASSIC => QueueType::Classic,
+            Self::QUORUM => QueueType::Quorum,
+            Self::STREAM => QueueType::Stream,
+            other => QueueType::Other(other.to_string()),
+        }
+    }
+}
+
+impl fmt::Display for QueueType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl Serialize for QueueType {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Queue {
     pub name: QueueName,
@@ -718,6 +792,38 @@ mod tests {
         let mut with = plain.clone();
         with.arguments.insert("x-match", ArgValue::str("all"));
         assert_ne!(plain, with);
+    }
+
+    /// `QueueType::KNOWN` is kept by hand: a type added to the enum and not to the list fails here.
+    #[test]
+    fn every_known_queue_type_is_listed() {
+        use strum::IntoEnumIterator;
+        let known: Vec<QueueType> = QueueType::iter().filter(|t| !matches!(t, QueueType::Other(_))).collect();
+        assert_eq!(known, QueueType::KNOWN);
+    }
+
+    #[test]
+    fn a_queue_type_is_read_from_its_argument() {
+        let with = |v: ArgValue| QueueType::of(&Arguments::from_iter([(arg::QUEUE_TYPE, v)]));
+        assert_eq!(QueueType::of(&Arguments::new()), QueueType::Classic);
+        assert_eq!(with(ArgValue::str("quorum")), QueueType::Quorum);
+        assert_eq!(with(ArgValue::str("stream")), QueueType::Stream);
+        // A type hopper does not know is kept, not guessed; so is a value that is not text.
+        assert_eq!(with(ArgValue::str("Quorum")), QueueType::Other("Quorum".into()));
+        assert_eq!(with(ArgValue::Int(1)), QueueType::Other("1".into()));
+        assert_eq!(serde_json::to_value(QueueType::Other("x-delayed".into())).unwrap(), serde_json::json!("x-delayed"));
+    }
+
+    proptest::proptest! {
+        /// Every name is read as a type that renders as the same name: nothing a broker says is
+        /// lost, and the names RabbitMQ knows are never `Other`.
+        #[test]
+        fn queue_type_names_round_trip(name in "[a-z_-]{0,10}|classic|quorum|stream") {
+            let t = QueueType::from(name.as_str());
+            proptest::prop_assert_eq!(t.as_str(), name.as_str());
+            proptest::prop_assert_eq!(matches!(t, QueueType::Other(_)), !QueueType::KNOWN.iter().any(|k| k.as_str() == name));
+            proptest::prop_assert_eq!(QueueType::of(&Arguments::from_iter([(arg::QUEUE_TYPE, t.argument())])), t);
+        }
     }
 
     /// JSON output shows values as JSON values: what the broker gave as a float or an array is

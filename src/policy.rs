@@ -3,10 +3,94 @@
 //! `rabbit_quorum_queue`): pure, so the rules are unit-tested one by one.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::model::{ArgValue, Arguments};
+use crate::model::{ArgValue, Arguments, QueueType};
+
+/// What a policy applies to, as its `apply-to` says in RabbitMQ's words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApplyTo {
+    /// Exchanges and every queue.
+    All,
+    /// Every queue, streams too.
+    Queues,
+    ClassicQueues,
+    QuorumQueues,
+    Streams,
+    Exchanges,
+    /// A value this hopper does not know (a later broker's): it covers no queue hopper judges.
+    Other(String),
+}
+
+impl From<&str> for ApplyTo {
+    fn from(apply_to: &str) -> Self {
+        match apply_to {
+            "all" => ApplyTo::All,
+            "queues" => ApplyTo::Queues,
+            "classic_queues" => ApplyTo::ClassicQueues,
+            "quorum_queues" => ApplyTo::QuorumQueues,
+            "streams" => ApplyTo::Streams,
+            "exchanges" => ApplyTo::Exchanges,
+            other => ApplyTo::Other(other.to_string()),
+        }
+    }
+}
+
+impl ApplyTo {
+    /// Whether it covers a queue of this type.
+    pub fn covers(&self, queue_type: &QueueType) -> bool {
+        match self {
+            ApplyTo::All | ApplyTo::Queues => true,
+            ApplyTo::ClassicQueues => *queue_type == QueueType::Classic,
+            ApplyTo::QuorumQueues => *queue_type == QueueType::Quorum,
+            ApplyTo::Streams => *queue_type == QueueType::Stream,
+            ApplyTo::Exchanges | ApplyTo::Other(_) => false,
+        }
+    }
+}
+
+/// A policy (or operator policy) as RabbitMQ matches it to queues: its pattern compiled once, and
+/// what it applies, shared by every queue it matches.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    name: String,
+    priority: i64,
+    apply_to: ApplyTo,
+    /// `None` for a pattern this engine cannot compile: it matches nothing.
+    pattern: Option<regex_lite::Regex>,
+    applied: Arc<AppliedPolicy>,
+}
+
+impl Policy {
+    pub fn new(
+        name: String,
+        pattern: &str,
+        apply_to: ApplyTo,
+        priority: i64,
+        definition: BTreeMap<String, ArgValue>,
+    ) -> Policy {
+        Policy {
+            applied: Arc::new(AppliedPolicy { name: name.clone(), definition }),
+            pattern: regex_lite::Regex::new(pattern).ok(),
+            name,
+            priority,
+            apply_to,
+        }
+    }
+}
+
+/// The policy that applies to a queue: the matching one of highest priority (RabbitMQ does not
+/// merge policies), ties broken by name. hopper resolves it from the policy listing rather than
+/// reading the queue's `policy` field, which the management API refreshes only every few seconds.
+pub fn matching(policies: &[Policy], queue: &str, queue_type: &QueueType) -> Option<Arc<AppliedPolicy>> {
+    policies
+        .iter()
+        .filter(|p| p.apply_to.covers(queue_type) && p.pattern.as_ref().is_some_and(|re| re.is_match(queue)))
+        .max_by(|a, b| a.priority.cmp(&b.priority).then_with(|| b.name.cmp(&a.name)))
+        .map(|p| p.applied.clone())
+}
 
 /// A policy or operator policy as it applies to one queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -210,6 +294,40 @@ pub fn effective_one(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn apply_to_as_rabbitmq_reads_it() {
+        let covers = |apply_to: &str, t: QueueType| ApplyTo::from(apply_to).covers(&t);
+        assert!(covers("queues", QueueType::Stream) && covers("all", QueueType::Quorum));
+        assert!(covers("quorum_queues", QueueType::Quorum) && !covers("quorum_queues", QueueType::Classic));
+        assert!(covers("streams", QueueType::Stream) && !covers("classic_queues", QueueType::Stream));
+        assert!(!covers("exchanges", QueueType::Classic) && !covers("later_kind", QueueType::Classic));
+        assert_eq!(ApplyTo::from("later_kind"), ApplyTo::Other("later_kind".into()));
+    }
+
+    /// The highest priority wins, ties to the first name; a pattern that does not compile matches
+    /// nothing, and a policy for another type is passed over.
+    #[test]
+    fn the_matching_policy_of_highest_priority_applies() {
+        let policy = |name: &str, pattern: &str, apply_to: &str, priority| {
+            Policy::new(name.into(), pattern, ApplyTo::from(apply_to), priority, BTreeMap::new())
+        };
+        let policies = [
+            policy("low", "^orders", "queues", 0),
+            policy("b-high", "^orders", "all", 5),
+            policy("a-high", "^orders", "queues", 5),
+            policy("streams-only", "^orders", "streams", 9),
+            policy("broken", "(", "queues", 10),
+        ];
+        let name = |q: &str, t: QueueType| matching(&policies, q, &t).map(|p| p.name.clone());
+        assert_eq!(name("orders.dlq", QueueType::Quorum).as_deref(), Some("a-high"));
+        assert_eq!(name("orders", QueueType::Stream).as_deref(), Some("streams-only"));
+        assert_eq!(name("payments", QueueType::Classic), None);
+        assert_eq!(
+            matching(&policies[..1], "orders", &QueueType::Classic).map(|p| p.name.clone()).as_deref(),
+            Some("low")
+        );
+    }
 
     /// A setting shows as its policy key (`diff` prints it so), padded like any string.
     #[test]

@@ -13,7 +13,8 @@ use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
 use super::Endpoint;
 use super::identity::Cluster;
 use crate::live::{Live, LiveExchange, LiveQueue};
-use crate::model::{ArgValue, Arguments, Binding, Destination, Exchange, ExchangeType, Object, Queue, arg};
+use crate::model::{ArgValue, Arguments, Binding, Destination, Exchange, ExchangeType, Object, Queue, QueueType, arg};
+use crate::network::DeathReason;
 use crate::plan::{Difference, Plan, Property, Step};
 
 /// One connection to one vhost, with a channel that is reopened after the broker closes it (as
@@ -241,7 +242,7 @@ impl Session {
     pub async fn probe(
         &mut self,
         objects: &[&Object],
-        retyped: impl Fn(&Queue, &str) -> Option<Arguments>,
+        retyped: impl Fn(&Queue, &QueueType) -> Option<Arguments>,
     ) -> Result<Live> {
         let mut live = Live::default();
         for object in objects {
@@ -292,8 +293,8 @@ impl Session {
                             let Some(Difference { property: Property::Argument(key), live, .. }) = &refused else {
                                 break;
                             };
-                            let other_type = (key == arg::QUEUE_TYPE).then(|| live.as_ref().and_then(ArgValue::as_str));
-                            match (other_type.flatten().and_then(|t| retyped(q, t)), live) {
+                            let other_type = live.as_ref().filter(|_| key == arg::QUEUE_TYPE).map(QueueType::of_value);
+                            match (other_type.and_then(|t| retyped(q, &t)), live) {
                                 (Some(arguments), _) => learned.arguments = arguments,
                                 (None, Some(value)) => {
                                     learned.arguments.insert(key.clone(), value.clone());
@@ -760,7 +761,7 @@ mod tests {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Death {
     pub queue: String,
-    pub reason: String,
+    pub reason: DeathReason,
     pub count: i64,
     /// Seconds since the epoch of the first death for this queue and reason.
     pub time: Option<u64>,
@@ -770,7 +771,7 @@ pub struct Death {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Peeked {
     pub first_death_queue: Option<String>,
-    pub first_death_reason: Option<String>,
+    pub first_death_reason: Option<DeathReason>,
     pub deaths: Vec<Death>,
     pub redelivered: bool,
     /// The `message-id` property, when the producer set one (empty counts as none).
@@ -818,7 +819,7 @@ pub(crate) fn peeked(d: &lapin::message::Delivery) -> Peeked {
             .filter_map(|e| match e {
                 AMQPValue::FieldTable(t) => Some(Death {
                     queue: text(t.inner().get("queue")).unwrap_or_default(),
-                    reason: text(t.inner().get("reason")).unwrap_or_default(),
+                    reason: DeathReason::from(text(t.inner().get("reason")).as_deref().unwrap_or_default()),
                     count: int(t.inner().get("count")).unwrap_or(1),
                     time: match t.inner().get("time") {
                         Some(AMQPValue::Timestamp(ts)) => Some(*ts),
@@ -832,7 +833,7 @@ pub(crate) fn peeked(d: &lapin::message::Delivery) -> Peeked {
     };
     Peeked {
         first_death_queue: text(headers.inner().get("x-first-death-queue")),
-        first_death_reason: text(headers.inner().get("x-first-death-reason")),
+        first_death_reason: text(headers.inner().get("x-first-death-reason")).as_deref().map(DeathReason::from),
         deaths,
         redelivered: d.redelivered,
         message_id: d.properties.message_id().as_ref().map(|id| id.to_string()).filter(|id| !id.is_empty()),

@@ -18,8 +18,8 @@ use super::Endpoint;
 use super::identity::{Cluster, Unnamed};
 use super::progress::{Answer, Progress};
 use crate::live::{Alarm, Live, LiveExchange, LiveQueue, Member, Node, Placement};
-use crate::model::{ArgKey, ArgValue, Arguments, Binding, Destination, ExchangeName, QueueName, arg};
-use crate::policy::AppliedPolicy;
+use crate::model::{ArgKey, ArgValue, Arguments, Binding, Destination, ExchangeName, QueueName, QueueType, arg};
+use crate::policy::{self, ApplyTo, Policy};
 
 /// A client of one management API, signed in as the run's user.
 #[derive(Clone)]
@@ -396,8 +396,8 @@ pub struct ExchangeInfo {
 #[derive(Debug)]
 pub struct QueueInfo {
     pub name: QueueName,
-    /// `classic`, `quorum` or `stream`.
-    pub kind: Cow<'static, str>,
+    /// The listing's `type`, which brokers list even where a queue has no `x-queue-type`.
+    pub kind: QueueType,
     pub durable: bool,
     pub auto_delete: bool,
     pub arguments: Arguments,
@@ -491,7 +491,7 @@ impl<'de> Deserialize<'de> for ListedQueue {
                 let mut unreadable_online = None;
                 let mut q = QueueInfo {
                     name: QueueName::default(),
-                    kind: Cow::Borrowed(CLASSIC),
+                    kind: QueueType::Classic,
                     durable: false,
                     auto_delete: false,
                     arguments: Arguments::new(),
@@ -507,7 +507,7 @@ impl<'de> Deserialize<'de> for ListedQueue {
                 while let Some(field) = map.next_key::<QueueField>()? {
                     match field {
                         QueueField::Name => name = Some(map.next_value()?),
-                        QueueField::Type => q.kind = known(map.next_value::<Text>()?.0, QUEUE_TYPES),
+                        QueueField::Type => q.kind = QueueType::from(&*map.next_value::<Text>()?.0),
                         QueueField::Durable => durable = Some(map.next_value()?),
                         QueueField::AutoDelete => auto_delete = Some(map.next_value()?),
                         QueueField::Arguments => q.arguments = map.next_value::<ListedArguments>()?.0,
@@ -573,10 +573,8 @@ impl<'de> Deserialize<'de> for ListedQueue {
 #[derive(Deserialize)]
 struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
 
-/// Queue types and states as listed: one of these is shared, not made per queue.
-const QUEUE_TYPES: &[&str] = &[CLASSIC, "quorum", "stream"];
+/// Queue states as listed: one of these is shared, not made per queue.
 const STATES: &[&str] = &["running", "down", "crashed", "stopped", "minority"];
-const CLASSIC: &str = "classic";
 
 /// `text` as one of `known`, shared, or else as its own copy.
 fn known(text: Cow<'_, str>, known: &[&'static str]) -> Cow<'static, str> {
@@ -814,13 +812,13 @@ async fn list_with(api: &Api, vhost: &str, stats: Stats, progress: &Progress) ->
                 let mut arguments = std::mem::take(&mut q.arguments);
                 // Older brokers leave out `x-queue-type` for queues declared without it.
                 if !arguments.contains_key(arg::QUEUE_TYPE) {
-                    arguments.insert(arg::QUEUE_TYPE, ArgValue::str(&*q.kind));
+                    arguments.insert(arg::QUEUE_TYPE, q.kind.argument());
                 }
                 let queue = LiveQueue {
                     durable: q.durable,
                     auto_delete: q.auto_delete,
-                    policy: matching(&policies, &q.name, &q.kind),
-                    operator_policy: matching(&operator_policies, &q.name, &q.kind),
+                    policy: policy::matching(&policies, &q.name, &q.kind),
+                    operator_policy: policy::matching(&operator_policies, &q.name, &q.kind),
                     arguments: Some(arguments),
                     refused: None,
                     messages: counted.then_some(q.messages),
@@ -863,8 +861,8 @@ fn node(n: NodeInfo) -> Node {
 /// broker says so and its node runs; a classic queue is available while its node runs.
 fn placement(q: &mut QueueInfo, nodes: &[Node]) -> Option<Placement> {
     let running = |name: &str| nodes.iter().any(|n| n.name == name && n.running);
-    match &*q.kind {
-        "quorum" => {
+    match q.kind {
+        QueueType::Quorum => {
             let members = q.members.as_ref()?;
             let members = members
                 .iter()
@@ -875,12 +873,12 @@ fn placement(q: &mut QueueInfo, nodes: &[Node]) -> Option<Placement> {
                 .collect();
             Some(Placement::Quorum { leader: q.leader.take(), members })
         }
-        "classic" => {
+        QueueType::Classic => {
             let node = q.node.take()?;
             let available = running(&node) && q.state.as_deref() != Some("down");
             Some(Placement::Classic { node, available })
         }
-        _ => None,
+        QueueType::Stream | QueueType::Other(_) => None,
     }
 }
 
@@ -912,52 +910,13 @@ pub async fn identity(endpoint: &Endpoint) -> Result<Cluster> {
     Ok(Cluster { name: overview.cluster_name, version: overview.rabbitmq_version, unnamed })
 }
 
-/// A policy as RabbitMQ matches it: its pattern compiled once, and what it applies.
-struct Matcher {
-    name: String,
-    priority: i64,
-    apply_to: String,
-    /// `None` for a pattern this engine cannot compile: it matches nothing, as before.
-    pattern: Option<regex_lite::Regex>,
-    applied: Arc<AppliedPolicy>,
-}
-
-/// The policy that applies to a queue: the matching one of highest priority (RabbitMQ does not
-/// merge policies), ties broken by name. Resolved here from the policy listing rather than read
-/// from the queue's `policy` field, which the management API refreshes only every few seconds.
-fn matching(policies: &[Matcher], queue: &str, queue_type: &str) -> Option<Arc<AppliedPolicy>> {
-    policies
-        .iter()
-        .filter(|p| applies_to(&p.apply_to, queue_type) && p.pattern.as_ref().is_some_and(|re| re.is_match(queue)))
-        .max_by(|a, b| a.priority.cmp(&b.priority).then_with(|| b.name.cmp(&a.name)))
-        .map(|p| p.applied.clone())
-}
-
-/// Whether a policy's `apply-to` covers a queue of this type: `all` and `queues` cover every
-/// queue (streams too), `classic_queues`, `quorum_queues` and `streams` their own type.
-fn applies_to(apply_to: &str, queue_type: &str) -> bool {
-    match apply_to {
-        "all" | "queues" => true,
-        "classic_queues" => queue_type == "classic",
-        "quorum_queues" => queue_type == "quorum",
-        "streams" => queue_type == "stream",
-        _ => false,
-    }
-}
-
-/// Each policy with what it applies, made once and shared by every queue it matches.
-fn applied(policies: Vec<PolicyInfo>) -> Vec<Matcher> {
+/// Each policy as listed, made once into what `policy::matching` matches queues against.
+fn applied(policies: Vec<PolicyInfo>) -> Vec<Policy> {
     policies
         .into_iter()
         .map(|p| {
             let definition = p.definition.into_iter().filter_map(|(k, v)| Some((k, arg(v)?))).collect();
-            Matcher {
-                applied: Arc::new(AppliedPolicy { name: p.name.clone(), definition }),
-                pattern: regex_lite::Regex::new(&p.pattern).ok(),
-                name: p.name,
-                priority: p.priority,
-                apply_to: p.apply_to,
-            }
+            Policy::new(p.name, &p.pattern, ApplyTo::from(&*p.apply_to), p.priority, definition)
         })
         .collect()
 }
@@ -1062,7 +1021,8 @@ impl<'de> Deserialize<'de> for Listed {
 /// Creates a vhost (tests and quickstarts; `apply` itself never creates one).
 pub async fn create_vhost(endpoint: &Endpoint, name: &str) -> Result<()> {
     let api = Api::new(endpoint);
-    let body = serde_json::json!({"description": "created by hopper", "default_queue_type": "classic"});
+    let body =
+        serde_json::json!({"description": "created by hopper", "default_queue_type": QueueType::Classic.as_str()});
     api.put(&format!("/vhosts/{}", segment(name)), &body).await.map_err(|e| anyhow!(explain(&api, &e)))
 }
 
@@ -1088,13 +1048,6 @@ mod tests {
         assert_eq!(super::super::uri::parse(&url).unwrap().vhost.as_deref(), Some("a/b é%"));
     }
 
-    #[test]
-    fn apply_to_as_rabbitmq_reads_it() {
-        assert!(applies_to("queues", "stream") && applies_to("all", "quorum"));
-        assert!(applies_to("quorum_queues", "quorum") && !applies_to("quorum_queues", "classic"));
-        assert!(!applies_to("exchanges", "classic"));
-    }
-
     fn listed(json: &str) -> Result<Vec<QueueInfo>, serde_json::Error> {
         Ok(serde_json::from_str::<Vec<ListedQueue>>(json)?.into_iter().map(|ListedQueue(q)| q).collect())
     }
@@ -1115,7 +1068,7 @@ mod tests {
         );
         assert_eq!(qs[0].arguments.get("x-queue-type"), Some(&ArgValue::str("quorum")));
         assert_eq!(
-            (&*qs[1].kind, qs[1].node.as_deref(), qs[1].online.as_ref()),
+            (qs[1].kind.as_str(), qs[1].node.as_deref(), qs[1].online.as_ref()),
             ("classic", Some("n2"), None),
             "the last value, classic by default"
         );

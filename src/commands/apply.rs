@@ -444,7 +444,7 @@ fn describe(step: &Step) -> String {
                 output::safe(queue),
                 count(messages),
                 count(consumers),
-                kept_because.as_deref().unwrap_or("")
+                kept_because
             )
         }
     }

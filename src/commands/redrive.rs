@@ -175,7 +175,7 @@ fn render(report: &Report) -> String {
             for g in &t.groups {
                 table.add_row(vec![
                     output::safe(&g.first_death_queue).into_owned(),
-                    output::safe(&g.first_death_reason).into_owned(),
+                    output::safe(g.reason()).into_owned(),
                     g.messages.to_string(),
                     time(g.oldest),
                     time(g.newest),

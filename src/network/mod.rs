@@ -11,7 +11,7 @@ use serde::Serialize;
 use crate::compile::CompiledTopology;
 use crate::live::Live;
 use crate::model::{
-    ArgValue, Arguments, Binding, Destination, ExchangeName, ExchangeType, Object, QueueName, RoleKind,
+    ArgValue, Arguments, Binding, Destination, ExchangeName, ExchangeType, Object, QueueName, QueueType, RoleKind,
 };
 use crate::policy::{self, AppliedPolicy, Effective, Setting};
 use crate::version::{self, Version};
@@ -102,6 +102,45 @@ impl Reason {
             Reason::Maxlen => "maxlen",
             Reason::DeliveryLimit => "delivery_limit",
         }
+    }
+}
+
+/// A death's reason as a message's `x-death` (or `x-first-death-reason`) says it: one of
+/// RabbitMQ's, or a reason hopper does not know (a later broker's), kept as its own text so that
+/// a summary shows it as the broker wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeathReason {
+    Known(Reason),
+    Other(String),
+}
+
+impl DeathReason {
+    pub fn as_str(&self) -> &str {
+        match self {
+            DeathReason::Known(r) => r.as_str(),
+            DeathReason::Other(text) => text,
+        }
+    }
+}
+
+impl From<&str> for DeathReason {
+    fn from(text: &str) -> Self {
+        match Reason::ALL.into_iter().find(|r| r.as_str() == text) {
+            Some(r) => DeathReason::Known(r),
+            None => DeathReason::Other(text.to_string()),
+        }
+    }
+}
+
+impl std::fmt::Display for DeathReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl Serialize for DeathReason {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
     }
 }
 
@@ -199,7 +238,7 @@ impl Network {
                     n.exchanges.insert(e.name.clone(), exchange);
                 }
                 Object::Queue(q) => {
-                    let quorum = crate::plan::is_quorum(&q.arguments);
+                    let quorum = QueueType::of(&q.arguments) == QueueType::Quorum;
                     let queue = Queue {
                         quorum,
                         durable: q.durable,
@@ -237,7 +276,7 @@ impl Network {
         }
         for (name, q) in &live.queues {
             let arguments = q.arguments.clone().unwrap_or_default();
-            let quorum = crate::plan::is_quorum(&arguments);
+            let quorum = QueueType::of(&arguments) == QueueType::Quorum;
             let ready = q.messages.map(|m| m.saturating_sub(q.unacked.unwrap_or(0)));
             let queue = Queue {
                 quorum,
@@ -593,7 +632,7 @@ impl Network {
 impl Network {
     pub(crate) fn with_queue(mut self, name: &str, arguments: &[(&str, ArgValue)]) -> Network {
         let arguments: Arguments = arguments.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
-        let quorum = crate::plan::is_quorum(&arguments);
+        let quorum = QueueType::of(&arguments) == QueueType::Quorum;
         let queue = Queue {
             quorum,
             durable: true,

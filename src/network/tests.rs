@@ -15,6 +15,19 @@ fn reason_all_lists_every_reason_once() {
     assert_eq!(Reason::ALL.len(), Reason::iter().count(), "Reason::ALL lists a reason twice");
 }
 
+/// A death's reason is read as RabbitMQ's, where it is one, and shown as the broker wrote it.
+#[test]
+fn death_reasons_are_rabbitmqs_or_kept_as_written() {
+    for r in Reason::ALL {
+        assert_eq!(DeathReason::from(r.as_str()), DeathReason::Known(r));
+        assert_eq!(DeathReason::Known(r).as_str(), r.as_str());
+    }
+    let later = DeathReason::from("delivery_limit_exceeded");
+    assert_eq!(later, DeathReason::Other("delivery_limit_exceeded".into()));
+    assert_eq!(serde_json::to_value(&later).unwrap(), serde_json::json!("delivery_limit_exceeded"));
+    assert_eq!(serde_json::to_value(DeathReason::Known(Reason::Maxlen)).unwrap(), serde_json::json!("maxlen"));
+}
+
 #[test]
 fn topic_patterns() {
     assert!(topic_matches("order.*", "order.created"));

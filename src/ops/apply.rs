@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::broker::budget::Budget;
 use crate::broker::{Endpoint, amqp, http, identity};
 use crate::compile::CompiledTopology;
-use crate::model::Object;
+use crate::model::{Object, QueueType};
 use crate::plan::fingerprint::{self, BrokerSeen, Fingerprint, Moved, SeenObject};
 use crate::plan::{self, Options, Override, Plan, Step};
 
@@ -68,7 +68,7 @@ pub struct Report {
     pub cluster_name: String,
     /// Why a saved plan (`apply --plan`) was refused: what changed since it was made.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub stale: Vec<String>,
+    pub stale: Vec<Stale>,
     pub vhosts: Vec<VhostReport>,
 }
 
@@ -157,26 +157,136 @@ fn changes(steps: &[Step]) -> Vec<serde_json::Value> {
     steps.iter().filter(|s| s.changes()).map(|s| serde_json::to_value(s).expect("a step always serialises")).collect()
 }
 
+/// Why a saved plan no longer holds, one reason a line. Rendered where it is shown (and, as that
+/// text, in the JSON report's `stale`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stale {
+    /// The plan covers other vhosts than its spec now does.
+    Vhosts { saved: Vec<String>, planned: Vec<String> },
+    /// Another cluster, or another RabbitMQ release, answers.
+    Broker { vhost: String },
+    /// This hopper compiles the plan's spec to other objects than the hopper that made it.
+    Spec { vhost: String },
+    /// The broker holds everything the plan makes: it was applied (by it or an equal plan);
+    /// `besides`, what else moved since it was made.
+    AlreadyApplied { vhost: String, besides: Moves },
+    /// The broker's objects changed since the plan was made: these, when they are known.
+    Changed { vhost: String, moved: Moves },
+    /// The same broker and spec, but a left-over queue's messages or consumers changed what
+    /// --prune may delete.
+    OtherChanges { vhost: String },
+}
+
+/// The first few objects that moved since a plan was made, and how many moved in all.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Moves {
+    pub first: Vec<(Moved, crate::model::ObjectKind, String)>,
+    pub total: usize,
+}
+
+impl Moves {
+    /// As many are named as a line has room for.
+    const NAMED: usize = 5;
+
+    fn of(moved: &[(Moved, &SeenObject)]) -> Moves {
+        let first = moved.iter().take(Self::NAMED).map(|(how, o)| (*how, o.kind(), o.shown().to_string())).collect();
+        Moves { first, total: moved.len() }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.total == 0
+    }
+}
+
+/// `queue `audit` appeared, ...`, and how many more.
+impl std::fmt::Display for Moves {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts: Vec<String> = self
+            .first
+            .iter()
+            .map(|(how, kind, shown)| {
+                let how = match how {
+                    Moved::Appeared => "appeared",
+                    Moved::Disappeared => "was deleted",
+                    Moved::Changed => "changed",
+                };
+                format!("{kind} `{}` {how}", crate::output::safe(shown))
+            })
+            .collect();
+        if self.total > self.first.len() {
+            parts.push(format!("and {} more ({} objects in all)", self.total - self.first.len(), self.total));
+        }
+        f.write_str(&parts.join(", "))
+    }
+}
+
+impl std::fmt::Display for Stale {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let safe = |v: &str| crate::output::safe(v).into_owned();
+        match self {
+            Stale::Vhosts { saved, planned } => {
+                write!(f, "the plan covers vhost(s) {saved:?}, its spec now {planned:?}")
+            }
+            Stale::Broker { vhost } => write!(
+                f,
+                "vhost `{}`: another cluster or RabbitMQ release answers than the one the plan was made against",
+                safe(vhost)
+            ),
+            Stale::Spec { vhost } => write!(
+                f,
+                "vhost `{}`: this hopper compiles the plan's spec to other objects than the hopper that made it",
+                safe(vhost)
+            ),
+            Stale::AlreadyApplied { vhost, besides } => {
+                write!(
+                    f,
+                    "vhost `{}`: the plan was already applied: the broker holds everything it makes, so there is nothing to do",
+                    safe(vhost)
+                )?;
+                if !besides.is_empty() {
+                    write!(f, "; besides, since it was made: {besides}")?;
+                }
+                Ok(())
+            }
+            Stale::Changed { vhost, moved } if moved.is_empty() => write!(
+                f,
+                "vhost `{}`: the broker's objects changed since the plan was made (an exchange, queue, binding, argument or policy was declared, deleted or changed)",
+                safe(vhost)
+            ),
+            Stale::Changed { vhost, moved } => {
+                write!(f, "vhost `{}`: the broker's objects changed since the plan was made: {moved}", safe(vhost))
+            }
+            Stale::OtherChanges { vhost } => write!(
+                f,
+                "vhost `{}`: the plan would now make other changes (a left-over queue's messages or consumers changed what --prune may delete)",
+                safe(vhost)
+            ),
+        }
+    }
+}
+
+impl Serialize for Stale {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
 /// What differs between a saved plan and the plans just made; empty when it still holds.
-fn staleness(expected: &[Expected], plans: &[(&Plan, &Fingerprint, Option<&[SeenObject]>)]) -> Vec<String> {
+fn staleness(expected: &[Expected], plans: &[(&Plan, &Fingerprint, Option<&[SeenObject]>)]) -> Vec<Stale> {
     let mut stale = Vec::new();
-    let planned: Vec<&str> = plans.iter().map(|(p, _, _)| p.vhost.as_str()).collect();
-    let saved: Vec<&str> = expected.iter().map(|e| e.vhost.as_str()).collect();
+    let planned: Vec<String> = plans.iter().map(|(p, _, _)| p.vhost.clone()).collect();
+    let saved: Vec<String> = expected.iter().map(|e| e.vhost.clone()).collect();
     if planned != saved {
-        stale.push(format!("the plan covers vhost(s) {saved:?}, its spec now {planned:?}"));
+        stale.push(Stale::Vhosts { saved, planned });
         return stale;
     }
     for (e, (plan, now, objects)) in expected.iter().zip(plans) {
-        let v = crate::output::safe(&e.vhost);
+        let vhost = || e.vhost.clone();
         if now.broker != e.fingerprint.broker {
-            stale.push(format!(
-                "vhost `{v}`: another cluster or RabbitMQ release answers than the one the plan was made against"
-            ));
+            stale.push(Stale::Broker { vhost: vhost() });
         }
         if now.spec != e.fingerprint.spec {
-            stale.push(format!(
-                "vhost `{v}`: this hopper compiles the plan's spec to other objects than the hopper that made it"
-            ));
+            stale.push(Stale::Spec { vhost: vhost() });
         }
         if now.live != e.fingerprint.live {
             let moved = match (&e.objects, objects) {
@@ -206,52 +316,16 @@ fn staleness(expected: &[Expected], plans: &[(&Plan, &Fingerprint, Option<&[Seen
                         }
                     })
                     .collect();
-                let mut line = format!(
-                    "vhost `{v}`: the plan was already applied: the broker holds everything it makes, so there is nothing to do"
-                );
-                if !besides.is_empty() {
-                    line.push_str(&format!("; besides, since it was made: {}", named(&besides)));
-                }
-                stale.push(line);
-            } else if moved.is_empty() {
-                stale.push(format!(
-                    "vhost `{v}`: the broker's objects changed since the plan was made (an exchange, queue, binding, argument or policy was declared, deleted or changed)"
-                ));
+                stale.push(Stale::AlreadyApplied { vhost: vhost(), besides: Moves::of(&besides) });
             } else {
-                stale.push(format!(
-                    "vhost `{v}`: the broker's objects changed since the plan was made: {}",
-                    named(&moved)
-                ));
+                stale.push(Stale::Changed { vhost: vhost(), moved: Moves::of(&moved) });
             }
         }
         if now.combined == e.fingerprint.combined && changes(&plan.steps) != e.changes {
-            stale.push(format!(
-                "vhost `{v}`: the plan would now make other changes (a left-over queue's messages or consumers changed what --prune may delete)"
-            ));
+            stale.push(Stale::OtherChanges { vhost: vhost() });
         }
     }
     stale
-}
-
-/// The first few objects that moved, and how many in all: `queue `audit` appeared, ...`.
-fn named(moved: &[(Moved, &SeenObject)]) -> String {
-    const NAMED: usize = 5;
-    let mut parts: Vec<String> = moved
-        .iter()
-        .take(NAMED)
-        .map(|(how, o)| {
-            let how = match how {
-                Moved::Appeared => "appeared",
-                Moved::Disappeared => "was deleted",
-                Moved::Changed => "changed",
-            };
-            format!("{} `{}` {how}", o.kind(), crate::output::safe(o.shown()))
-        })
-        .collect();
-    if moved.len() > NAMED {
-        parts.push(format!("and {} more ({} objects in all)", moved.len() - NAMED, moved.len()));
-    }
-    parts.join(", ")
 }
 
 pub fn run(
@@ -418,7 +492,7 @@ impl Run<'_> {
             None => {
                 crate::output::narrate(|| format!("vhost `{vhost}`: probing it over AMQP (--amqp-only)"));
                 let probing = session.insert(self.connect(vhost).await?);
-                let retyped = |q: &crate::model::Queue, t: &str| plan::retyped(topologies, q, t);
+                let retyped = |q: &crate::model::Queue, t: &crate::model::QueueType| plan::retyped(topologies, q, t);
                 let live = probing.probe(&plan::desired(topologies), retyped).await?;
                 let note = "--amqp-only: read over AMQP: bindings are declared again (idempotent), and queues left over by earlier specs cannot be listed";
                 (live, ReadFrom::Amqp, Some(note.to_string()))
@@ -463,7 +537,7 @@ impl Run<'_> {
         let creates_quorum = plan
             .steps
             .iter()
-            .any(|s| matches!(s, Step::Create { object: Object::Queue(q) } if crate::plan::is_quorum(&q.arguments)));
+            .any(|s| matches!(s, Step::Create { object: Object::Queue(q) } if QueueType::of(&q.arguments) == QueueType::Quorum));
         let quorum_members = live.nodes.as_deref().filter(|_| creates_quorum).map(plan::placement::quorum_members);
         crate::drop_aside(live);
         Ok(Planned { session, plan, read_from, note, fingerprint, objects: objects.flatten(), quorum_members })
@@ -617,4 +691,41 @@ async fn execute(
     let (removals_refused, removed) = tally(session.execute(endpoint, plan, removals, applied, failovers).await?);
     refused.extend(removals_refused);
     Ok((refused, migrated, applied + removed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ObjectKind;
+
+    /// A reason is text only where it is shown: the JSON report holds the same line.
+    #[test]
+    fn stale_reasons_render_as_one_line_each() {
+        let queue = |n: usize| SeenObject::Queue { name: format!("q{n}"), digest: String::new() };
+        let objects: Vec<SeenObject> = (0..7).map(queue).collect();
+        let moved: Vec<(Moved, &SeenObject)> = objects.iter().map(|o| (Moved::Appeared, o)).collect();
+        let changed = Stale::Changed { vhost: "v".into(), moved: Moves::of(&moved) };
+        assert_eq!(
+            changed.to_string(),
+            "vhost `v`: the broker's objects changed since the plan was made: queue `q0` appeared, queue `q1` appeared, queue `q2` appeared, queue `q3` appeared, queue `q4` appeared, and 2 more (7 objects in all)"
+        );
+        assert_eq!(serde_json::to_value(&changed).unwrap(), serde_json::json!(changed.to_string()));
+        let unknown = Stale::Changed { vhost: "v".into(), moved: Moves::default() };
+        assert!(
+            unknown
+                .to_string()
+                .ends_with("(an exchange, queue, binding, argument or policy was declared, deleted or changed)")
+        );
+        let applied = Stale::AlreadyApplied {
+            vhost: "v".into(),
+            besides: Moves { first: vec![(Moved::Disappeared, ObjectKind::Exchange, "x".into())], total: 1 },
+        };
+        assert!(
+            applied
+                .to_string()
+                .ends_with("so there is nothing to do; besides, since it was made: exchange `x` was deleted")
+        );
+        let vhosts = Stale::Vhosts { saved: vec!["a".into()], planned: vec!["a".into(), "b".into()] };
+        assert_eq!(vhosts.to_string(), r#"the plan covers vhost(s) ["a"], its spec now ["a", "b"]"#);
+    }
 }

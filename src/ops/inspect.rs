@@ -10,8 +10,8 @@ use serde::Serialize;
 use crate::broker::amqp::{Peeked, Session};
 use crate::broker::{Endpoint, http, identity};
 use crate::hazard::{self, Finding};
-use crate::model::{ArgValue, Arguments, QueueName};
-use crate::network::{Network, Path, Reason};
+use crate::model::{ArgValue, Arguments, QueueName, QueueType};
+use crate::network::{DeathReason, Network, Path, Reason};
 use crate::policy::{Setting, Source};
 
 /// One vhost to inspect, and the queues in it to look at (`None`: all).
@@ -47,7 +47,7 @@ pub struct DeadLetterSummary {
     pub queue: QueueName,
     pub peeked: usize,
     /// What the peek did to the messages, plainly.
-    pub effect: String,
+    pub effect: PeekEffect,
     pub groups: Vec<Group>,
     /// Messages without a message id: a consumer cannot tell their duplicates (a redrive, a
     /// lost ack) from new messages.
@@ -57,18 +57,36 @@ pub struct DeadLetterSummary {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Group {
     pub first_death_queue: String,
-    pub first_death_reason: String,
+    /// `None` for messages that never died; shown as `(none)`.
+    #[serde(serialize_with = "reason_or_none")]
+    pub first_death_reason: Option<DeathReason>,
     pub messages: usize,
     /// Seconds since the epoch of the oldest and newest first deaths in the group.
     pub oldest: Option<u64>,
     pub newest: Option<u64>,
 }
 
+/// What a summary shows for a first death's queue or reason it has none of: a message that
+/// never died (one published straight to a dead-letter queue).
+pub const NONE: &str = "(none)";
+
+impl Group {
+    /// The first death's reason as shown: RabbitMQ's name of it, or `(none)`.
+    pub fn reason(&self) -> &str {
+        self.first_death_reason.as_ref().map_or(NONE, DeathReason::as_str)
+    }
+}
+
+fn reason_or_none<S: serde::Serializer>(reason: &Option<DeathReason>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(reason.as_ref().map_or(NONE, DeathReason::as_str))
+}
+
 #[derive(Debug, Serialize)]
 pub struct QueueReport {
     pub name: QueueName,
+    /// As the broker names it: a type hopper does not know is shown as it is, not as classic.
     #[serde(rename = "type")]
-    pub kind: &'static str,
+    pub kind: QueueType,
     pub ready: Option<u64>,
     pub unacked: Option<u64>,
     pub consumers: Option<u64>,
@@ -96,14 +114,17 @@ pub struct SettingValue {
 pub fn run(endpoint: &Endpoint, request: &Request) -> Result<Vec<Report>> {
     let runtime = super::runtime()?;
     // A peek reads over AMQP what was judged safe on the management API's broker: both must be
-    // one cluster before either is read.
-    let cluster = match request.peek {
-        Some(_) => Some(runtime.block_on(async {
-            let amqp_identity = identity::amqp(endpoint).await?;
-            let http_identity = http::identity(endpoint).await?;
-            identity::same_cluster(endpoint, &amqp_identity, &http_identity)?;
-            anyhow::Ok(http_identity)
-        })?),
+    // one cluster before either is read. A peek is asked for with the cluster it reads.
+    let peek = match request.peek {
+        Some(limit) => Some((
+            limit,
+            runtime.block_on(async {
+                let amqp_identity = identity::amqp(endpoint).await?;
+                let http_identity = http::identity(endpoint).await?;
+                identity::same_cluster(endpoint, &amqp_identity, &http_identity)?;
+                anyhow::Ok(http_identity)
+            })?,
+        )),
         None => None,
     };
     let mut reports = Vec::new();
@@ -136,15 +157,14 @@ pub fn run(endpoint: &Endpoint, request: &Request) -> Result<Vec<Report>> {
             .collect();
         let queues =
             network.queue_names().into_iter().filter(|q| selected(q)).map(|q| queue_report(&network, q)).collect();
-        let dead_letters = match (&request.queue, request.peek) {
-            (Some(queue), Some(limit)) => {
-                if let Some(refusal) = peek_refusal(&network, queue) {
-                    bail!("{refusal}");
+        let dead_letters = match (&request.queue, &peek) {
+            (Some(queue), Some((limit, cluster))) => {
+                if let Some(reachable) = peek_refusal(&network, queue) {
+                    bail!("{}", reachable.refusal(Reader::Peek));
                 }
                 let peeked = runtime.block_on(async {
-                    let cluster = cluster.as_ref().expect("checked when a peek was asked for");
                     let mut session = Session::connect(endpoint, vhost, cluster).await?;
-                    let peeked = session.peek(queue, limit).await;
+                    let peeked = session.peek(queue, *limit).await;
                     session.close().await;
                     peeked
                 })?;
@@ -152,7 +172,7 @@ pub fn run(endpoint: &Endpoint, request: &Request) -> Result<Vec<Report>> {
                 Some(DeadLetterSummary {
                     queue: queue.clone(),
                     peeked: peeked.len(),
-                    effect: peek_effect(quorum),
+                    effect: PeekEffect(GiveBack::of(quorum)),
                     groups: summarize(&peeked),
                     without_message_id: peeked.iter().filter(|p| p.message_id.is_none()).count(),
                 })
@@ -171,40 +191,103 @@ pub fn run(endpoint: &Endpoint, request: &Request) -> Result<Vec<Report>> {
     Ok(reports)
 }
 
+/// Why reading a queue's messages and giving them back could lose some: a quorum queue whose
+/// delivery limit a message near it would reach by being given back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReachableLimit {
+    pub queue: QueueName,
+    pub limit: i64,
+    /// Where a message that reaches the limit goes: its dead-letter exchange, or `None`, dropped.
+    pub dead_letter_exchange: Option<String>,
+}
+
+/// What reads a queue and gives its messages back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reader {
+    Peek,
+    Redrive,
+}
+
+impl ReachableLimit {
+    /// The refusal, as the reader that refuses says it.
+    pub fn refusal(&self, reader: Reader) -> String {
+        let (queue, limit) = (&self.queue, self.limit);
+        let not = match reader {
+            Reader::Peek => "not peeking at",
+            Reader::Redrive => "not redriving",
+        };
+        let then = match &self.dead_letter_exchange {
+            Some(x) => format!("dead-lettered to `{x}`"),
+            None => "dropped".to_string(),
+        };
+        format!(
+            "{not} `{queue}`: it is a quorum queue with a delivery limit of {limit}, and every message a peek gives back counts as a delivery, so messages near the limit would be {then}. Read it with a consumer that acks, or move its messages to a queue without a reachable limit first"
+        )
+    }
+}
+
 /// Why peeking at `queue` could lose a message, if it could. A peek gives every message back;
 /// on a quorum queue each return counts as a delivery (RabbitMQ 4.0 to 4.2), so a reachable
 /// delivery limit would dead-letter or drop messages.
-pub fn peek_refusal(n: &Network, queue: &str) -> Option<String> {
+pub fn peek_refusal(n: &Network, queue: &QueueName) -> Option<ReachableLimit> {
     let q = n.queues.get(queue)?;
     let limit = n.delivery_limit(queue)?;
     if !q.quorum || limit >= 10_000 {
         return None;
     }
-    let then = match n.text(queue, Setting::DeadLetterExchange) {
-        Some(x) => format!("dead-lettered to `{x}`"),
-        None => "dropped".to_string(),
-    };
-    Some(format!(
-        "not peeking at `{queue}`: it is a quorum queue with a delivery limit of {limit}, and every message a peek gives back counts as a delivery, so messages near the limit would be {then}. Read it with a consumer that acks, or move its messages to a queue without a reachable limit first"
-    ))
+    Some(ReachableLimit {
+        queue: queue.clone(),
+        limit,
+        dead_letter_exchange: n.text(queue, Setting::DeadLetterExchange),
+    })
 }
 
-pub fn peek_effect(quorum: bool) -> String {
-    let order = if quorum {
-        "go back to the head of the queue in their original order"
-    } else {
-        "go back to their original positions"
-    };
-    let count = if quorum { "; each counts one more delivery (x-delivery-count)" } else { "" };
-    format!(
-        "read with basic.get and given back unacknowledged: none was consumed; they {order}, and are marked redelivered{count}"
-    )
+/// Where a queue puts the messages a reader gives back, as its type decides: a quorum queue at
+/// its head in their order, counting a delivery each (on 4.3 not for a nack); a classic queue at
+/// their own positions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GiveBack {
+    Quorum,
+    Classic,
+}
+
+impl GiveBack {
+    pub fn of(quorum: bool) -> GiveBack {
+        if quorum { GiveBack::Quorum } else { GiveBack::Classic }
+    }
+}
+
+/// What a peek did to the messages it read: it gave every one back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeekEffect(pub GiveBack);
+
+impl std::fmt::Display for PeekEffect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (order, count) = match self.0 {
+            GiveBack::Quorum => (
+                "go back to the head of the queue in their original order",
+                "; each counts one more delivery (x-delivery-count)",
+            ),
+            GiveBack::Classic => ("go back to their original positions", ""),
+        };
+        write!(
+            f,
+            "read with basic.get and given back unacknowledged: none was consumed; they {order}, and are marked redelivered{count}"
+        )
+    }
+}
+
+/// As the sentence: the JSON report's `effect` is the line a person reads.
+impl Serialize for PeekEffect {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
 }
 
 /// The queue and reason of a dead letter's first death, and its time (seconds since the epoch):
 /// `x-first-death-*` where the broker set them, else the oldest `x-death` entry. Both `None` for
 /// a message that never died (one published straight to a dead-letter queue).
-pub fn first_death(p: &Peeked) -> (Option<String>, Option<String>, Option<u64>) {
+pub fn first_death(p: &Peeked) -> (Option<String>, Option<DeathReason>, Option<u64>) {
     let queue = p.first_death_queue.clone().or_else(|| p.deaths.last().map(|d| d.queue.clone()));
     let reason = p.first_death_reason.clone().or_else(|| p.deaths.last().map(|d| d.reason.clone()));
     let time = p
@@ -217,11 +300,13 @@ pub fn first_death(p: &Peeked) -> (Option<String>, Option<String>, Option<u64>) 
 
 /// Dead letters grouped by the queue and reason of their first death. Pure.
 pub fn summarize(peeked: &[Peeked]) -> Vec<Group> {
+    // Keyed by the reason's text: groups of as many messages are listed in the order of its name.
     let mut groups: BTreeMap<(String, String), Group> = BTreeMap::new();
     for p in peeked {
         let (queue, reason, time) = first_death(p);
-        let (queue, reason) = (queue.unwrap_or_else(|| "(none)".into()), reason.unwrap_or_else(|| "(none)".into()));
-        let g = groups.entry((queue.clone(), reason.clone())).or_insert(Group {
+        let queue = queue.unwrap_or_else(|| NONE.into());
+        let key = (queue.clone(), reason.as_ref().map_or(NONE, DeathReason::as_str).to_string());
+        let g = groups.entry(key).or_insert(Group {
             first_death_queue: queue,
             first_death_reason: reason,
             messages: 0,
@@ -257,7 +342,7 @@ fn queue_report(n: &Network, name: &QueueName) -> QueueReport {
     QueueReport {
         delayed_retry,
         name: name.clone(),
-        kind: if q.quorum { "quorum" } else { "classic" },
+        kind: QueueType::of(&q.arguments),
         ready: q.ready,
         unacked: q.unacked,
         consumers: q.consumers,
@@ -282,6 +367,62 @@ mod tests {
         }
     }
 
+    /// A message that never died is grouped and shown as `(none)`; a reason hopper does not
+    /// know, as the broker wrote it.
+    #[test]
+    fn first_deaths_without_a_reason_or_with_another_are_shown_as_they_are() {
+        let never = Peeked {
+            first_death_queue: None,
+            first_death_reason: None,
+            deaths: vec![],
+            redelivered: false,
+            message_id: None,
+        };
+        let groups = summarize(&[never, message(("orders", "later_reason"), 5)]);
+        let json = serde_json::to_value(&groups).unwrap();
+        assert_eq!(json[0]["first_death_reason"], serde_json::json!("(none)"));
+        assert_eq!(json[0]["first_death_queue"], serde_json::json!("(none)"));
+        assert_eq!(json[1]["first_death_reason"], serde_json::json!("later_reason"));
+        assert_eq!((groups[0].reason(), groups[1].reason()), ("(none)", "later_reason"));
+    }
+
+    /// The effect is a value; its sentence is what the JSON holds, and says what the type decides.
+    #[test]
+    fn a_peeks_effect_follows_the_queue_type() {
+        let quorum = PeekEffect(GiveBack::Quorum);
+        assert!(quorum.to_string().ends_with(
+            "in their original order, and are marked redelivered; each counts one more delivery (x-delivery-count)"
+        ));
+        assert!(
+            PeekEffect(GiveBack::Classic)
+                .to_string()
+                .ends_with("go back to their original positions, and are marked redelivered")
+        );
+        assert_eq!(serde_json::to_value(quorum).unwrap(), serde_json::json!(quorum.to_string()));
+    }
+
+    /// A peek and a redrive refuse a reachable limit alike, each in its own words.
+    #[test]
+    fn a_reachable_limit_is_refused_by_each_reader() {
+        use crate::model::ArgValue;
+        let quorum = ("x-queue-type", ArgValue::str("quorum"));
+        let n = Network::default()
+            .with_queue("parked", &[quorum.clone(), ("x-delivery-limit", ArgValue::Int(2))])
+            .with_queue("unlimited", &[quorum, ("x-delivery-limit", ArgValue::Int(10_000))])
+            .with_queue("classic", &[("x-delivery-limit", ArgValue::Int(2))]);
+        let refused = peek_refusal(&n, &"parked".into()).unwrap();
+        assert_eq!((refused.limit, refused.dead_letter_exchange.as_deref()), (2, None));
+        assert!(
+            refused
+                .refusal(Reader::Peek)
+                .starts_with("not peeking at `parked`: it is a quorum queue with a delivery limit of 2,")
+        );
+        assert!(refused.refusal(Reader::Redrive).starts_with("not redriving `parked`: it is a quorum queue"));
+        assert!(refused.refusal(Reader::Redrive).contains("would be dropped."));
+        assert_eq!(peek_refusal(&n, &"unlimited".into()), None);
+        assert_eq!(peek_refusal(&n, &"classic".into()), None);
+    }
+
     #[test]
     fn dead_letters_group_by_first_death_with_oldest_and_newest() {
         let groups = summarize(&[
@@ -294,14 +435,14 @@ mod tests {
             vec![
                 Group {
                     first_death_queue: "orders".into(),
-                    first_death_reason: "rejected".into(),
+                    first_death_reason: Some(DeathReason::Known(Reason::Rejected)),
                     messages: 2,
                     oldest: Some(100),
                     newest: Some(300)
                 },
                 Group {
                     first_death_queue: "orders".into(),
-                    first_death_reason: "delivery_limit".into(),
+                    first_death_reason: Some(DeathReason::Known(Reason::DeliveryLimit)),
                     messages: 1,
                     oldest: Some(200),
                     newest: Some(200)

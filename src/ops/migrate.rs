@@ -11,8 +11,8 @@ use crate::broker::budget::Budget;
 use crate::broker::mover::{self, Moved, Until};
 use crate::broker::{Endpoint, http};
 use crate::live::Live;
+use crate::model::QueueType;
 use crate::model::{Arguments, Binding, Destination, ExchangeName, Queue, QueueName, RoutingKey};
-use crate::plan::is_quorum;
 use crate::plan::migrate::{Stage, feeding_bindings, holding_queue, stage};
 
 /// What one queue's migration did in this run.
@@ -142,7 +142,7 @@ async fn empty_into(
         bound(session.unbind(&to_binding(from, b)).await?, from)?;
     }
     moved += mover::move_messages(session, from, to, Until::Empty, budget).await?;
-    let quorum = queue.arguments.as_ref().is_some_and(is_quorum);
+    let quorum = queue.arguments.as_ref().is_some_and(|a| QueueType::of(a) == QueueType::Quorum);
     // Refused when a message arrived since: the next stage reads the broker again and moves it.
     let _ = session.delete_if_empty(from, !quorum).await?;
     Ok(moved)

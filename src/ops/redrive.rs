@@ -12,9 +12,9 @@ use crate::broker::amqp::Session;
 use crate::broker::budget::Budget;
 use crate::broker::redrive::{self, DeadLetter, Limits, Mode};
 use crate::broker::{Endpoint, http, identity};
-use crate::model::{ArgValue, QueueName};
-use crate::network::{Network, Reason};
-use crate::ops::inspect::{Group, first_death, peek_refusal, summarize};
+use crate::model::{QueueName, QueueType};
+use crate::network::{DeathReason, Network, Reason};
+use crate::ops::inspect::{GiveBack, Group, Reader, first_death, peek_refusal, summarize};
 
 /// One topology's dead-letter queue and where its dead letters go back to.
 #[derive(Debug, Clone)]
@@ -55,7 +55,8 @@ impl Filter {
     /// death without a time matches no age. Pure.
     pub fn matches(&self, d: &DeadLetter, now: u64) -> bool {
         let (queue, reason, time) = first_death(&d.death);
-        let reason_ok = self.reasons.is_empty() || reason.is_some_and(|r| self.reasons.iter().any(|x| x.as_str() == r));
+        let reason_ok =
+            self.reasons.is_empty() || matches!(reason, Some(DeathReason::Known(r)) if self.reasons.contains(&r));
         let queue_ok = self.first_queues.is_empty() || queue.is_some_and(|q| self.first_queues.contains(&q));
         let age = time.map(|t| now.saturating_sub(t));
         let older_ok = self.older_than.is_none_or(|min| age.is_some_and(|a| a >= min.as_secs()));
@@ -98,7 +99,7 @@ pub struct TopologyReport {
     /// Where the dead letters went (on a dry run: would go), through the default exchange.
     pub to: QueueName,
     #[serde(rename = "type")]
-    pub kind: &'static str,
+    pub kind: QueueType,
     /// Dead letters in the queue when the run started: the run looks at no more than these.
     pub started_with: u64,
     pub scanned: u64,
@@ -122,7 +123,7 @@ pub struct TopologyReport {
     /// The moved dead letters (on a dry run: those that would move), by first death.
     pub groups: Vec<Group>,
     /// What the run did to the dead letters that stayed.
-    pub effect: String,
+    pub effect: RedriveEffect,
     /// Why the run stopped early; what was not moved is still in the dead-letter queue.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stopped: Option<String>,
@@ -157,16 +158,15 @@ pub fn run(endpoint: &Endpoint, request: &Request, emit: impl FnOnce(&Report) ->
                     );
                 }
             }
-            let kind = live.queues[dlq].arguments.as_ref().and_then(|a| a.get("x-queue-type")).and_then(ArgValue::as_str);
-            if kind == Some("stream") {
+            if live.queues[dlq].arguments.as_ref().is_some_and(|a| QueueType::of(a) == QueueType::Stream) {
                 bail!(
                     "`{dlq}` is a stream: reading a stream removes nothing, so its dead letters cannot be moved; nothing was moved"
                 );
             }
             // Dead letters that stay are given back, which a quorum queue counts as a delivery
             // (up to 4.2): where a limit could be reached, refused as inspect refuses a peek.
-            if let Some(refusal) = peek_refusal(&network, dlq) {
-                bail!("{}", refusal.replacen("not peeking at", "not redriving", 1));
+            if let Some(reachable) = peek_refusal(&network, dlq) {
+                bail!("{}", reachable.refusal(Reader::Redrive));
             }
             let mut session = Session::connect(endpoint, &target.vhost, &cluster).await?;
             let Some((ready, consumers)) = session.queue_counts(dlq).await? else {
@@ -177,15 +177,16 @@ pub fn run(endpoint: &Endpoint, request: &Request, emit: impl FnOnce(&Report) ->
                     "`{dlq}` has {consumers} consumer(s): a redrive reads it alone (an exclusive consumer), so that no dead letter is taken twice. Stop them and run again; nothing was moved"
                 );
             }
-            let quorum = network.queues.get(dlq).is_some_and(|q| q.quorum);
-            checked.push((target, session, ready, quorum));
+            let kind = network.queues.get(dlq).map_or(QueueType::Classic, |q| QueueType::of(&q.arguments));
+            checked.push((target, session, ready, kind));
         }
 
         let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let selected = |d: &DeadLetter| request.filter.matches(d, now);
         let mut topologies = Vec::new();
         let mut open = Vec::new();
-        for (target, session, ready, quorum) in checked {
+        for (target, session, ready, kind) in checked {
+            let quorum = kind == QueueType::Quorum;
             let limits = Limits {
                 scan: ready,
                 max: request.max,
@@ -208,7 +209,7 @@ pub fn run(endpoint: &Endpoint, request: &Request, emit: impl FnOnce(&Report) ->
                 vhost: target.vhost.clone(),
                 dead_letter_queue: dlq.clone(),
                 to: main.clone(),
-                kind: if quorum { "quorum" } else { "classic" },
+                kind,
                 started_with: ready,
                 scanned: done.scanned,
                 moved: if request.dry_run { 0 } else { done.moved },
@@ -218,7 +219,7 @@ pub fn run(endpoint: &Endpoint, request: &Request, emit: impl FnOnce(&Report) ->
                 stayed: done.kept,
                 given_back: done.scanned.saturating_sub(done.moved + done.kept),
                 groups: summarize(&done.moved_deaths),
-                effect: given_back(quorum, request.dry_run),
+                effect: RedriveEffect { give_back: GiveBack::of(quorum), dry_run: request.dry_run },
                 stopped: done.stopped,
             });
         }
@@ -234,17 +235,36 @@ pub fn run(endpoint: &Endpoint, request: &Request, emit: impl FnOnce(&Report) ->
     })
 }
 
-fn given_back(quorum: bool, dry_run: bool) -> String {
-    let which = if dry_run { "every dead letter was" } else { "dead letters that stayed were" };
-    let place = if quorum { "back at the head of the queue in their order" } else { "back at their own positions" };
-    let count = if quorum {
-        "; on RabbitMQ 3.x to 4.2 each counts one more delivery (x-delivery-count), on 4.3 none (a nack is not a failed delivery)"
-    } else {
-        ""
-    };
-    format!(
-        "{which} held unacknowledged by the run's consumer and given back with basic.nack, one by one: {place}, marked redelivered{count}"
-    )
+/// What a run did to the dead letters it gave back: on a dry run every one, else those that
+/// stayed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RedriveEffect {
+    pub give_back: GiveBack,
+    pub dry_run: bool,
+}
+
+impl std::fmt::Display for RedriveEffect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let which = if self.dry_run { "every dead letter was" } else { "dead letters that stayed were" };
+        let (place, count) = match self.give_back {
+            GiveBack::Quorum => (
+                "back at the head of the queue in their order",
+                "; on RabbitMQ 3.x to 4.2 each counts one more delivery (x-delivery-count), on 4.3 none (a nack is not a failed delivery)",
+            ),
+            GiveBack::Classic => ("back at their own positions", ""),
+        };
+        write!(
+            f,
+            "{which} held unacknowledged by the run's consumer and given back with basic.nack, one by one: {place}, marked redelivered{count}"
+        )
+    }
+}
+
+/// As the sentence: the JSON report's `effect` is the line a person reads.
+impl Serialize for RedriveEffect {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
 }
 
 #[cfg(test)]

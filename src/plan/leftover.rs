@@ -5,10 +5,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::index::Index;
-use super::{Desired, Options, Step, is_quorum};
+use super::{Desired, Options, Step};
 use crate::compile::GeneratedName;
 use crate::live::{Live, LiveQueue};
-use crate::model::{ArgValue, Binding, Destination, Key, QueueName, arg};
+use crate::model::{ArgValue, Binding, Destination, Key, QueueName, QueueType, arg};
 use crate::spec::Topology;
 
 /// The unbind, extra and delete steps for the vhost's left-overs.
@@ -76,20 +76,17 @@ pub(super) fn steps(desired: &Desired, live: &Live, options: &Options, index: &I
             continue;
         }
         let kept_because = if messages > 0 && work {
-            format!(
-                "it holds {messages} message(s) that the new contract no longer consumes: consume them, or run apply --migrate to move them into `{}` once nothing dead-letters into it any more",
-                topology.queue
-            )
+            Kept::Unconsumed { messages, main_queue: topology.queue.clone() }
         } else if let Some(from) = fed_by {
-            format!("`{from}` still dead-letters into it; it goes once that queue has gone")
+            Kept::DeadLetteredInto { by: from }
         } else if messages > 0 {
-            format!("it holds {messages} message(s); its TTL moves them on by itself, prune again later")
+            Kept::Holds { messages }
         } else if consumers > 0 {
-            format!("it has {consumers} consumer(s)")
+            Kept::Consumed { consumers }
         } else if !prune {
-            "pass --prune to remove it, empty and unused as it is".to_string()
+            Kept::NotPruning
         } else {
-            let quorum = q.arguments.as_ref().is_some_and(is_quorum);
+            let quorum = q.arguments.as_ref().is_some_and(|a| QueueType::of(a) == QueueType::Quorum);
             steps.push(Step::Delete { queue: (*name).clone(), broker_checks: !quorum });
             continue;
         };
@@ -98,10 +95,61 @@ pub(super) fn steps(desired: &Desired, live: &Live, options: &Options, index: &I
             messages: q.messages,
             consumers: q.consumers,
             drains_into,
-            kept_because: Some(kept_because),
+            kept_because,
         });
     }
     steps
+}
+
+/// Why a left-over queue is kept rather than deleted. Unknown counts are taken as one, as the
+/// decision takes them: a queue is deleted only once it is known to be empty and unused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kept {
+    /// A work queue of an earlier chain holds messages that the new contract no longer
+    /// consumes; `--migrate` moves them into the topology's main queue.
+    Unconsumed {
+        messages: u64,
+        main_queue: QueueName,
+    },
+    /// Another queue still dead-letters into it: it goes once that queue has gone.
+    DeadLetteredInto {
+        by: QueueName,
+    },
+    /// It holds messages that its TTL moves on by itself.
+    Holds {
+        messages: u64,
+    },
+    Consumed {
+        consumers: u64,
+    },
+    /// Empty and unused, but `--prune` was not passed.
+    NotPruning,
+}
+
+impl std::fmt::Display for Kept {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Kept::Unconsumed { messages, main_queue } => write!(
+                f,
+                "it holds {messages} message(s) that the new contract no longer consumes: consume them, or run apply --migrate to move them into `{main_queue}` once nothing dead-letters into it any more"
+            ),
+            Kept::DeadLetteredInto { by } => {
+                write!(f, "`{by}` still dead-letters into it; it goes once that queue has gone")
+            }
+            Kept::Holds { messages } => {
+                write!(f, "it holds {messages} message(s); its TTL moves them on by itself, prune again later")
+            }
+            Kept::Consumed { consumers } => write!(f, "it has {consumers} consumer(s)"),
+            Kept::NotPruning => f.write_str("pass --prune to remove it, empty and unused as it is"),
+        }
+    }
+}
+
+/// As the sentence: the JSON report's `kept_because` is the line a person reads.
+impl serde::Serialize for Kept {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
 }
 
 /// A live queue hopper made for `t` under an earlier spec: its name follows the strategy's

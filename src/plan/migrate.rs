@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::queue_differences;
 use crate::live::{Live, LiveQueue};
-use crate::model::{ArgValue, Binding, Destination, Queue, QueueName, arg};
+use crate::model::{Binding, Destination, Queue, QueueName, QueueType};
 
 pub(super) const HOLDING_PREFIX: &str = "hopper.migrating.";
 
@@ -95,6 +95,44 @@ pub fn feeding_bindings<'l>(live: &'l Live, queue: &'l str) -> impl Iterator<Ite
         .filter(move |b| !b.source.is_empty() && matches!(&b.destination, Destination::Queue(q) if q == queue))
 }
 
+/// Why a queue cannot be migrated now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Blocker {
+    /// The vhost's bindings could not be listed (no management API), so they cannot be moved.
+    BindingsUnlisted,
+    /// Reading a stream removes nothing: it cannot be emptied.
+    Stream,
+    /// Deleting the queue would cancel its consumers.
+    Consumers { consumers: u64 },
+    /// `feeder` dead-letters into it through the default exchange, which drops its dead
+    /// letters while the queue is declared again; `messages`, what it holds, when known.
+    DefaultExchangeFeeder { feeder: QueueName, messages: Option<u64> },
+}
+
+impl std::fmt::Display for Blocker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Blocker::BindingsUnlisted => f.write_str(
+                "moving a queue's bindings needs them listed: run apply where the management API is reachable",
+            ),
+            Blocker::Stream => f.write_str(
+                "a stream cannot be emptied (reading it removes nothing): give the topology's queue another name",
+            ),
+            Blocker::Consumers { consumers } => write!(
+                f,
+                "it has {consumers} consumer(s): stop them (messages wait in the queue meanwhile), then run apply --migrate again; deleting the queue would cancel them"
+            ),
+            Blocker::DefaultExchangeFeeder { feeder, messages } => {
+                let holds = messages.map_or("messages".to_string(), |n| format!("{n} message(s)"));
+                write!(
+                    f,
+                    "`{feeder}` dead-letters into it through the default exchange, which would drop its dead letters while the queue is declared again: wait until `{feeder}` is empty ({holds} now) and gone (apply --prune removes it), or stop what it holds from expiring"
+                )
+            }
+        }
+    }
+}
+
 /// Why `queue` cannot be migrated now, or `None`. `migrating` names the queues this run
 /// migrates, whose dead letters will no longer go through the default exchange.
 pub fn blocker(
@@ -102,23 +140,16 @@ pub fn blocker(
     live: &Live,
     index: &super::Index,
     migrating: &rustc_hash::FxHashSet<QueueName>,
-) -> Option<String> {
+) -> Option<Blocker> {
     let l = live.queues.get(queue)?;
     if live.bindings.is_none() {
-        return Some(
-            "moving a queue's bindings needs them listed: run apply where the management API is reachable".into(),
-        );
+        return Some(Blocker::BindingsUnlisted);
     }
-    let kind = l.arguments.as_ref().and_then(|a| a.get(arg::QUEUE_TYPE)).and_then(ArgValue::as_str);
-    if kind == Some("stream") {
-        return Some(
-            "a stream cannot be emptied (reading it removes nothing): give the topology's queue another name".into(),
-        );
+    if l.arguments.as_ref().is_some_and(|a| QueueType::of(a) == QueueType::Stream) {
+        return Some(Blocker::Stream);
     }
-    if let Some(n @ 1..) = l.consumers {
-        return Some(format!(
-            "it has {n} consumer(s): stop them (messages wait in the queue meanwhile), then run apply --migrate again; deleting the queue would cancel them"
-        ));
+    if let Some(consumers @ 1..) = l.consumers {
+        return Some(Blocker::Consumers { consumers });
     }
     // Dead letters sent through the default exchange go to the queue by name, and are dropped
     // while it does not exist: such a feeder must move first, or drain.
@@ -128,10 +159,7 @@ pub fn blocker(
         .find(|name| **name != queue && !migrating.contains(**name))
         .and_then(|name| Some((*name, live.queues.get(*name)?)));
     if let Some((name, other)) = direct {
-        let holds = other.messages.map_or("messages".to_string(), |n| format!("{n} message(s)"));
-        return Some(format!(
-            "`{name}` dead-letters into it through the default exchange, which would drop its dead letters while the queue is declared again: wait until `{name}` is empty ({holds} now) and gone (apply --prune removes it), or stop what it holds from expiring"
-        ));
+        return Some(Blocker::DefaultExchangeFeeder { feeder: name.clone(), messages: other.messages });
     }
     None
 }
@@ -139,7 +167,7 @@ pub fn blocker(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Arguments, Role};
+    use crate::model::{ArgValue, Arguments, Role, arg};
     use crate::plan::Index;
 
     fn queue(kind: &str) -> Queue {
@@ -188,15 +216,17 @@ mod tests {
         l.queues.insert(QueueName::new("orders.wait-5s"), wait);
         let orders = QueueName::new("orders");
         let moving: rustc_hash::FxHashSet<QueueName> = [QueueName::new("orders.wait-5s")].into_iter().collect();
-        let why = blocker(&orders, &l, &Index::new(&crate::plan::Owners::new(&[]), &l), &Default::default())
-            .expect("blocked");
+        let why = blocker(&orders, &l, &Index::new(&crate::plan::Owners::new(&[]), &l), &Default::default());
+        assert_eq!(
+            why,
+            Some(Blocker::DefaultExchangeFeeder { feeder: QueueName::new("orders.wait-5s"), messages: Some(3) })
+        );
+        let why = why.unwrap().to_string();
         assert!(why.contains("orders.wait-5s") && why.contains("3 message(s)"), "{why}");
         assert_eq!(blocker(&orders, &l, &Index::new(&crate::plan::Owners::new(&[]), &l), &moving), None);
         l.queues.get_mut(&orders).unwrap().consumers = Some(2);
-        assert!(
-            blocker(&orders, &l, &Index::new(&crate::plan::Owners::new(&[]), &l), &moving)
-                .unwrap()
-                .contains("2 consumer(s)")
-        );
+        let why = blocker(&orders, &l, &Index::new(&crate::plan::Owners::new(&[]), &l), &moving);
+        assert_eq!(why, Some(Blocker::Consumers { consumers: 2 }));
+        assert!(why.unwrap().to_string().contains("2 consumer(s)"));
     }
 }

@@ -19,12 +19,14 @@ use serde::Serialize;
 // below both, so that neither imports the other.
 pub use crate::model::{Difference, Property};
 pub use index::{Generators, Index, Owners};
-pub use leftover::left_over;
+pub use leftover::{Kept, left_over};
 pub use remedy::{SpecEdit, WayOut, retyped};
 
 use crate::compile::CompiledTopology;
 use crate::live::{Live, LiveExchange, LiveQueue};
-use crate::model::{ArgValue, Arguments, Binding, Exchange, ExchangeName, Key, Object, Queue, QueueName, Role, arg};
+use crate::model::{
+    ArgValue, Arguments, Binding, Exchange, ExchangeName, Key, Object, Queue, QueueName, QueueType, Role, arg,
+};
 use crate::policy::{self, Setting, Source};
 
 /// A policy or operator policy that makes a queue behave otherwise than its spec says; `apply`
@@ -90,7 +92,7 @@ pub enum Step {
         messages: Option<u64>,
         consumers: Option<u64>,
         drains_into: Option<String>,
-        kept_because: Option<String>,
+        kept_because: Kept,
     },
     /// An extra queue removed by `--prune`: it was empty and unused. Classic queues are deleted
     /// with `if-empty` and `if-unused`, so the broker re-checks at that instant; quorum queues
@@ -416,7 +418,7 @@ fn overrides(q: &Queue, live: &LiveQueue) -> Vec<Override> {
         return Vec::new();
     }
     let arguments = live.arguments.as_ref().unwrap_or(&q.arguments);
-    let quorum = is_quorum(arguments);
+    let quorum = QueueType::of(arguments) == QueueType::Quorum;
     policy::effective(quorum, arguments, live.policy.as_deref(), live.operator_policy.as_deref())
         .into_iter()
         .filter(|(_, e)| e.source != Source::Argument)
@@ -432,10 +434,6 @@ fn overrides(q: &Queue, live: &LiveQueue) -> Vec<Override> {
             })
         })
         .collect()
-}
-
-pub(crate) fn is_quorum(arguments: &Arguments) -> bool {
-    arguments.get(arg::QUEUE_TYPE).and_then(ArgValue::as_str) == Some("quorum")
 }
 
 /// Without a list of bindings (no management API), a new wait queue next to an existing retry
@@ -653,7 +651,7 @@ pub fn queue_differences(q: &Queue, l: &LiveQueue, live: &Arguments) -> Vec<Diff
         return Vec::new();
     }
     let mut live = live.clone();
-    live.insert_if_absent(arg::QUEUE_TYPE, ArgValue::str("classic"));
+    live.insert_if_absent(arg::QUEUE_TYPE, QueueType::Classic.argument());
     let mut d = Vec::new();
     flag(&mut d, Property::Durable, l.durable, q.durable);
     flag(&mut d, Property::AutoDelete, l.auto_delete, false);

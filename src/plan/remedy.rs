@@ -8,11 +8,11 @@ use serde::Serialize;
 use super::{Difference, Options, Property, queue_differences};
 use crate::compile::{CompiledTopology, compile_topology};
 use crate::live::{Live, LiveQueue};
-use crate::model::{ArgValue, Arguments, Exchange, ExchangeType, Queue, QueueName, Role, arg};
+use crate::model::{ArgValue, Arguments, Exchange, ExchangeType, Queue, QueueName, QueueType, Role, arg};
 use std::time::Duration;
 
 use crate::compile::native;
-use crate::spec::{ExchangeType as SpecExchangeType, QueueType, Strategy, Topology, format_duration};
+use crate::spec::{ExchangeType as SpecExchangeType, QueueType as SpecQueueType, Strategy, Topology, format_duration};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct WayOut {
@@ -84,11 +84,11 @@ fn live_arguments(owner: Option<&Topology>, spec: &Queue, l: &LiveQueue) -> Opti
     let Difference { property: Property::Argument(key), live, .. } = l.refused.as_ref()? else { return None };
     if key == arg::QUEUE_TYPE
         && let Some(t) = owner
-        && let Some(queue_type) = live.as_ref().and_then(ArgValue::as_str).and_then(queue_type)
+        && let Some(queue_type) = live.as_ref().and_then(|v| SpecQueueType::declarable(&QueueType::of_value(v)))
     {
         let mut other = t.clone();
         other.queue_type = queue_type;
-        if queue_type == QueueType::Classic {
+        if queue_type == SpecQueueType::Classic {
             other.delivery_limit = None;
         }
         return compile_topology(&other).queue(&spec.name).map(|q| q.arguments.clone());
@@ -123,20 +123,16 @@ pub(super) fn queue_ways_out(
     let (v, n) = (shell_word(vhost), shell_word(&q.name));
     let entry = matches!(q.role, Role::Work { attempt: None | Some(1) });
     let first = if entry { "stop its producers, " } else { "" };
-    let live_type = live
-        .queues
-        .get(&q.name)
-        .and_then(|l| live_arguments(owner, q, l))
-        .and_then(|a| a.get(arg::QUEUE_TYPE).and_then(ArgValue::as_str).map(str::to_string));
+    let live_type = live.queues.get(&q.name).and_then(|l| live_arguments(owner, q, l)).map(|a| QueueType::of(&a));
     // `--` ends the options, so a name that starts with `-` is still a name.
-    let way = match live_type.as_deref() {
+    let way = match live_type {
         // Reading a stream removes nothing: it never drains, and no delete keeps its messages.
-        Some("stream") => WayOut::says(format!(
+        Some(QueueType::Stream) => WayOut::says(format!(
             "`{}` is a stream: consuming it removes nothing, so it never drains, and deleting it (even with --if-empty) deletes its messages; keep it, and give the topology's queue another name in the spec",
             q.name
         )),
         // Quorum queues refuse --if-empty: the check is the operator's.
-        Some("quorum") => WayOut {
+        Some(QueueType::Quorum) => WayOut {
             says: format!(
                 "recreate it: {first}let `{}` drain ({held}); once `rabbitmqctl list_queues -p {v} name messages` shows it at 0, delete it (quorum queues do not support --if-empty) and apply again",
                 q.name
@@ -169,7 +165,7 @@ fn matching_spec(t: &Topology, q: &Queue, live: &Live) -> Option<WayOut> {
     // The candidates: the queue type and delivery limit of the topology's main queue on the
     // broker (or of the refused queue, when the main queue is not there).
     let main = live_args(&t.queue).or_else(|| live_args(&q.name))?;
-    let queue_type = queue_type(main.get(arg::QUEUE_TYPE).and_then(ArgValue::as_str).unwrap_or("classic"))?;
+    let queue_type = SpecQueueType::declarable(&QueueType::of(&main))?;
     let mut candidate = t.clone();
     let (mut set, mut remove) = (Vec::new(), Vec::new());
     // The strategy the broker's main queue was made for: delayed retry in the queue (native),
@@ -216,19 +212,19 @@ fn matching_spec(t: &Topology, q: &Queue, live: &Live) -> Option<WayOut> {
     }
     match (strategy, queue_type, main.get(arg::DELIVERY_LIMIT).and_then(ArgValue::as_int)) {
         (Strategy::Native, _, _) => {}
-        (_, QueueType::Classic, _) => {
+        (_, SpecQueueType::Classic, _) => {
             if t.delivery_limit.is_some() {
                 remove.push("delivery_limit".to_string());
             }
             candidate.delivery_limit = None;
         }
-        (_, QueueType::Quorum, Some(limit)) if limit >= 1 => {
+        (_, SpecQueueType::Quorum, Some(limit)) if limit >= 1 => {
             if candidate.effective_delivery_limit() != Some(limit) {
                 set.push(format!("delivery_limit = {limit}"));
             }
             candidate.delivery_limit = Some(limit);
         }
-        (_, QueueType::Quorum, _) => return None,
+        (_, SpecQueueType::Quorum, _) => return None,
     }
     if set.is_empty() && remove.is_empty() {
         return None;
@@ -248,24 +244,16 @@ fn matching_spec(t: &Topology, q: &Queue, live: &Live) -> Option<WayOut> {
     })
 }
 
-/// The arguments the spec would give `q` were its topology of queue type `name` (with the
-/// spec's delivery limit, or none for a classic queue).
-pub fn retyped(topologies: &[&CompiledTopology], q: &Queue, name: &str) -> Option<Arguments> {
+/// The arguments the spec would give `q` were its topology of queue type `queue_type` (with the
+/// spec's delivery limit, or none for a classic queue); `None` for a type no spec declares.
+pub fn retyped(topologies: &[&CompiledTopology], q: &Queue, queue_type: &QueueType) -> Option<Arguments> {
     let t = topologies.iter().find(|t| t.queue(&q.name).is_some()).map(|t| &t.topology)?;
     let mut other = t.clone();
-    other.queue_type = queue_type(name)?;
-    if other.queue_type == QueueType::Classic {
+    other.queue_type = SpecQueueType::declarable(queue_type)?;
+    if other.queue_type == SpecQueueType::Classic {
         other.delivery_limit = None;
     }
     compile_topology(&other).queue(&q.name).map(|q| q.arguments.clone())
-}
-
-fn queue_type(name: &str) -> Option<QueueType> {
-    match name {
-        "classic" => Some(QueueType::Classic),
-        "quorum" => Some(QueueType::Quorum),
-        _ => None,
-    }
 }
 
 /// Why no spec value reproduces the broker's queue, difference by difference.

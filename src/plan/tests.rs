@@ -216,7 +216,7 @@ fn a_left_over_queue_that_still_receives_dead_letters_is_never_pruned() {
     assert!(!p.steps.iter().any(|s| matches!(s, Step::Delete { .. })), "{:#?}", p.steps);
     let kept = |q: &str| {
         p.steps.iter().find_map(|s| match s {
-            Step::Extra { queue, kept_because, .. } if queue == q => kept_because.clone(),
+            Step::Extra { queue, kept_because, .. } if queue == q => Some(kept_because.to_string()),
             _ => None,
         })
     };
@@ -225,6 +225,14 @@ fn a_left_over_queue_that_still_receives_dead_letters_is_never_pruned() {
         Some("`orders.hop-3.wait-15s` still dead-letters into it; it goes once that queue has gone")
     );
     assert!(kept("orders.hop-3.wait-15s").unwrap().contains("holds 3 message(s)"));
+    // The reason is a value in the plan, the same sentence in its JSON.
+    let extra = p.steps.iter().find(|s| matches!(s, Step::Extra { queue, .. } if queue == "orders.attempt-4")).unwrap();
+    let Step::Extra { kept_because, .. } = extra else { unreachable!() };
+    assert_eq!(kept_because, &crate::plan::Kept::DeadLetteredInto { by: "orders.hop-3.wait-15s".into() });
+    assert_eq!(
+        serde_json::to_value(extra).unwrap()["kept_because"],
+        serde_json::json!(kept("orders.attempt-4").unwrap())
+    );
     // Once the wait queue has gone, the empty attempt queue is pruned.
     live.queues.remove("orders.hop-3.wait-15s");
     let p = plan("/", &[&new[0]], &live, &prune(true));

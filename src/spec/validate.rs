@@ -118,9 +118,8 @@ fn topology(
     let name = &draft.name;
     check_name(name, "topology name", diags);
 
-    let exchange_type = match f.exchange_type.as_ref().map(|l| l.value.as_str()) {
-        Some("headers") => {
-            let loc = f.exchange_type.as_ref().expect("matched Some");
+    let exchange_type = match &f.exchange_type {
+        Some(loc) if loc.value == "headers" => {
             diags.push(
                 loc.diag("headers exchanges are not supported as a main exchange")
                     .label("unsupported")
@@ -143,13 +142,8 @@ fn topology(
         "strategy",
         diags,
     );
-    let queue_type = one_of(
-        &f.queue_type,
-        QueueType::Quorum,
-        &[("quorum", QueueType::Quorum), ("classic", QueueType::Classic)],
-        "queue type",
-        diags,
-    );
+    let queue_type =
+        one_of(&f.queue_type, QueueType::Quorum, &QueueType::ALL.map(|t| (t.as_str(), t)), "queue type", diags);
 
     let routing_keys = routing_keys(&f, exchange_type, draft.inherited.routing_keys, name, diags);
 
@@ -524,11 +518,12 @@ fn hop_delays(
                 );
                 return Vec::new();
             };
-            let linear = match b.value.shape.as_ref().map(|s| s.value.as_str()) {
-                None | Some("exponential") => false,
-                Some("linear") => true,
-                Some(other) => {
-                    let shape = b.value.shape.as_ref().expect("matched Some");
+            let linear = match &b.value.shape {
+                None => false,
+                Some(shape) if shape.value == "exponential" => false,
+                Some(shape) if shape.value == "linear" => true,
+                Some(shape) => {
+                    let other = &shape.value;
                     diags.push(
                         shape
                             .diag(format!("unknown backoff shape \"{other}\""))

@@ -124,19 +124,48 @@ pub enum Strategy {
     Native,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+/// The queue types a spec declares: of RabbitMQ's (`model::QueueType`), the two a retry
+/// topology's queues can be. Named as RabbitMQ names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(test, derive(strum::EnumIter))]
 pub enum QueueType {
     Quorum,
     Classic,
 }
 
 impl QueueType {
+    /// Every one, the spec's default first: the order a hint lists them in.
+    pub const ALL: [QueueType; 2] = [QueueType::Quorum, QueueType::Classic];
+
     pub fn as_str(self) -> &'static str {
         match self {
-            QueueType::Quorum => "quorum",
-            QueueType::Classic => "classic",
+            QueueType::Quorum => crate::model::QueueType::QUORUM,
+            QueueType::Classic => crate::model::QueueType::CLASSIC,
         }
+    }
+
+    /// A broker's type as one a spec can declare, when it is one.
+    pub fn declarable(t: &crate::model::QueueType) -> Option<QueueType> {
+        match t {
+            crate::model::QueueType::Quorum => Some(QueueType::Quorum),
+            crate::model::QueueType::Classic => Some(QueueType::Classic),
+            crate::model::QueueType::Stream | crate::model::QueueType::Other(_) => None,
+        }
+    }
+}
+
+impl From<QueueType> for crate::model::QueueType {
+    fn from(t: QueueType) -> Self {
+        match t {
+            QueueType::Quorum => crate::model::QueueType::Quorum,
+            QueueType::Classic => crate::model::QueueType::Classic,
+        }
+    }
+}
+
+impl Serialize for QueueType {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
     }
 }
 
@@ -205,5 +234,29 @@ impl Strategy {
             Strategy::Chain => "chain",
             Strategy::Native => "native",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `QueueType::ALL` is kept by hand: a type added to the enum and not to the list fails here.
+    #[test]
+    fn every_declarable_queue_type_is_listed() {
+        use strum::IntoEnumIterator;
+        assert_eq!(QueueType::iter().collect::<Vec<_>>(), QueueType::ALL);
+    }
+
+    /// A declarable type is RabbitMQ's type of the same name, there and back.
+    #[test]
+    fn declarable_queue_types_are_rabbitmqs() {
+        for t in QueueType::ALL {
+            let broker = crate::model::QueueType::from(t);
+            assert_eq!(broker.as_str(), t.as_str());
+            assert_eq!(QueueType::declarable(&broker), Some(t));
+        }
+        assert_eq!(QueueType::declarable(&crate::model::QueueType::Stream), None);
+        assert_eq!(QueueType::declarable(&"x-other".into()), None);
     }
 }
