@@ -148,8 +148,6 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
         }
     }
     let exit = exit(&report, &args);
-    drop(by_vhost);
-    crate::drop_aside((report, spec));
     Ok(exit)
 }
 

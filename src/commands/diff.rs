@@ -51,8 +51,6 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
         Format::Table => print(&report)?,
     }
     let exit = if report.in_sync { Exit::Ok } else { Exit::Drift };
-    drop(by_vhost);
-    crate::drop_aside((report, spec));
     Ok(exit)
 }
 

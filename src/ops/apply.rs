@@ -421,7 +421,6 @@ async fn converge(
             .any(|s| matches!(s, Step::Create { object: Object::Queue(q) } if crate::plan::is_quorum(&q.arguments)));
         let quorum_members = live.nodes.as_deref().filter(|_| creates_quorum).map(plan::placement::quorum_members);
         work.push((session, plan, read_from, note, fingerprint, objects, quorum_members));
-        crate::drop_aside(live);
     }
 
     let stale = match &request.expect {
