@@ -141,15 +141,9 @@ pub struct Report {
     pub vhosts: Vec<VhostDiff>,
 }
 
-pub fn run(
-    endpoint: &Endpoint,
-    by_vhost: &[(&str, Vec<&CompiledTopology>)],
-    early: Option<super::Early>,
-) -> Result<Report> {
+pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)]) -> Result<Report> {
     let vhosts: Vec<&str> = by_vhost.iter().map(|(v, _)| *v).collect();
-    // The spec's side of each plan, made while an early reading may still be under way.
     let desired: Vec<plan::Desired> = by_vhost.iter().map(|(_, t)| plan::Desired::new(t)).collect();
-    let early = super::Early::finish(early, &vhosts);
     let plans = super::runtime()?.block_on(async {
         let options = Options { prune: false, admin: Some(endpoint.admin()), migrate: false };
         let cannot = |e: anyhow::Error| {
@@ -157,10 +151,7 @@ pub fn run(
         };
         // Everything read at once: who answers at each endpoint and every vhost. Nothing is
         // trusted before the two endpoints are known to be one cluster.
-        let reading = match early {
-            Some(reading) => reading,
-            None => super::Reading::of(endpoint, &vhosts, false, &Default::default()).await,
-        };
+        let reading = super::Reading::of(endpoint, &vhosts, false).await;
         let (http_identity, amqp_identity, readings) =
             (reading.http.expect("asked of the management API"), reading.amqp, reading.vhosts);
         let http_identity = http_identity.map_err(cannot)?;
