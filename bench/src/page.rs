@@ -272,26 +272,25 @@ pub fn broker_table(report: &Report) -> String {
 /// paired by round, with each one's peak memory.
 fn comparison(r: &Report) -> String {
     let mut out = format!(
-        "**RabbitMQ {}**, {} queues, {}, hopper {} against {}\n\n| topologies | rounds | build | no-op apply ÷ hopper {} | `diff` ÷ hopper {} | peak memory, `diff` |\n|---|---|---|---|---|---|\n",
+        "**RabbitMQ {}**, {} queues, {}: hopper {} (the reference) and {}\n\n| topologies | rounds | build | no-op apply ÷ the reference | `diff` ÷ the reference | `diff`: CPU, peak memory |\n|---|---|---|---|---|---|\n",
         r.version,
         r.queue_type,
         r.date,
         r.commit,
         builds(r).iter().map(|b| format!("`{b}`")).collect::<Vec<_>>().join(", "),
-        r.commit,
-        r.commit
     );
-    let mb = |s: &Step| s.peak_mb().map_or("—".into(), |m| format!("{m:.0} MB"));
+    let usage = |s: &Step| {
+        format!("{:.2} s, {}", s.cpu().unwrap_or(0.0), s.peak_mb().map_or("—".into(), |m| format!("{m:.0} MB")))
+    };
     for s in &r.sizes {
-        let rounds = s.noop.samples.len();
         let _ = writeln!(
             out,
-            "| {} | {rounds} | hopper {} | (median {}) | (median {}) | {} |",
+            "| {} | {} | the reference | {} | {} | {} |",
             thousands(s.topologies),
-            r.commit,
+            s.noop.samples.len(),
             s.noop.median().map_or("—".into(), secs),
             s.diff.median().map_or("—".into(), secs),
-            mb(&s.diff)
+            usage(&s.diff)
         );
         for a in &s.against {
             let p = |x: &Step, y: &Step| Paired::of(x, y).map_or("—".into(), |p| paired(&p, true));
@@ -301,13 +300,13 @@ fn comparison(r: &Report) -> String {
                 a.build,
                 p(&a.noop, &s.noop),
                 p(&a.diff, &s.diff),
-                mb(&a.diff)
+                usage(&a.diff)
             );
         }
     }
     let _ = writeln!(
         out,
-        "\nEach round ran every build's no-op apply and `diff` once, interleaved; a figure is the median of the rounds' ratios, then its 95% interval. {}.\n",
+        "\nEach round ran every build's no-op apply and `diff` once, interleaved with the other reads; a ratio is the median of the rounds' ratios to the reference's, then its 95% interval; the reference's row gives its median times. CPU: the median; peak memory: the largest. {}.\n",
         machine(&r.machine)
     );
     out
@@ -419,8 +418,11 @@ pub fn svg(data: &Data) -> String {
     let ratios = sizes().flat_map(|s| RATIOS.iter().filter_map(|x| (x.3)(s)));
     let (rlo, rhi) = ratios.fold((0.5f64, 1.5f64), |(lo, hi), (r, i)| {
         let (a, b) = i.unwrap_or((r, r));
-        (lo.min((a * 10.0).floor() / 10.0), hi.max((b * 10.0).ceil() / 10.0))
+        (lo.min(a), hi.max(b))
     });
+    // Gridlines a quarter or a half apart, one of them at 1×.
+    let tick = if rhi - rlo > 1.5 { 0.5 } else { 0.25 };
+    let (rlo, rhi) = ((rlo / tick).floor() * tick, (rhi / tick).ceil() * tick);
     let n = |s: &SizeResult| (s.topologies as f64).log10();
     let (xlo, xhi) = (sizes().map(n).fold(f64::MAX, f64::min) - 0.1, sizes().map(n).fold(0.0, f64::max) + 0.1);
     let mut out = format!(
@@ -464,9 +466,9 @@ pub fn svg(data: &Data) -> String {
             let v = 10f64.powi(d);
             grid(ys(v), if d < 0 { format!("{v:.*} s", (-d) as usize) } else { format!("{v:.0} s") }, false);
         }
-        let steps = ((rhi - rlo) / 0.25).round() as i32;
+        let steps = ((rhi - rlo) / tick).round() as i32;
         for k in 0..=steps {
-            let v = rlo + f64::from(k) * 0.25;
+            let v = rlo + f64::from(k) * tick;
             grid(yr(v), format!("{v:.2}×"), (v - 1.0).abs() < 1e-9);
         }
         for s in &r.sizes {
