@@ -51,16 +51,29 @@ impl Data {
         }
     }
 
-    /// A report a broker and queue type: a plain run's, else a comparison's (whose own build's
-    /// figures are a curve too).
-    fn curve(&self) -> impl Iterator<Item = &Report> {
-        let plain = |r: &Report| {
-            self.curves.iter().any(|o| builds(o).is_empty() && (&o.broker, &o.queue_type) == (&r.broker, &r.queue_type))
-        };
-        let mut curve: Vec<&Report> = self.curves.iter().filter(|r| builds(r).is_empty() || !plain(r)).collect();
+    /// A report a broker and queue type: a plain run's, else the comparisons' (whose own
+    /// build's figures are a curve too), their sizes together.
+    fn curve(&self) -> Vec<Report> {
+        let mut curve: Vec<Report> = vec![];
+        let plain = |r: &Report| builds(r).is_empty();
+        for r in self.curves.iter().filter(|r| plain(r)).chain(self.curves.iter().filter(|r| !plain(r))) {
+            match curve.iter_mut().find(|c| (&c.broker, &c.queue_type) == (&r.broker, &r.queue_type)) {
+                None => curve.push(r.clone()),
+                Some(c) if !plain(c) => {
+                    let new: Vec<_> = r
+                        .sizes
+                        .iter()
+                        .filter(|s| c.sizes.iter().all(|o| o.topologies != s.topologies))
+                        .cloned()
+                        .collect();
+                    c.sizes.extend(new);
+                    c.sizes.sort_by_key(|s| s.topologies);
+                }
+                Some(_) => {}
+            }
+        }
         curve.sort_by_key(|r| (minor(&r.broker), r.queue_type.clone()));
-        curve.dedup_by_key(|r| (r.broker.clone(), r.queue_type.clone()));
-        curve.into_iter()
+        curve
     }
 }
 
@@ -114,7 +127,7 @@ fn fastest_import(s: &SizeResult) -> Option<f64> {
 /// builds, moving messages and the offline commands.
 pub fn markdown(data: &Data) -> String {
     let mut out = String::new();
-    let curve: Vec<&Report> = data.curve().collect();
+    let curve = data.curve();
     if !curve.is_empty() {
         let _ = writeln!(
             out,
@@ -145,7 +158,7 @@ pub fn markdown(data: &Data) -> String {
 }
 
 /// One line a broker and size: the ratios the curve is drawn from.
-fn headline(curve: &[&Report]) -> String {
+fn headline(curve: &[Report]) -> String {
     let mut out = String::from(
         "| RabbitMQ | topologies | first apply ÷ faster import | no-op apply ÷ listing | `diff` ÷ listing | listing |\n|---|---|---|---|---|---|\n",
     );
@@ -407,7 +420,7 @@ const RATIOS: [Ratio; 3] = [
 
 /// The curve as an SVG document.
 pub fn svg(data: &Data) -> String {
-    let curve: Vec<&Report> = data.curve().collect();
+    let curve = data.curve();
     let (pw, ph, rh, left, top, gap) = (300.0, 230.0, 170.0, 64.0, 52.0, 30.0);
     let rtop = top + ph + 40.0;
     let legend = 22.0 * (SECONDS.len() + RATIOS.len()).div_ceil(3) as f64;
