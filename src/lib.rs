@@ -117,20 +117,11 @@ pub fn run() -> ExitCode {
     exit.code(codes).into()
 }
 
-/// Drops `value` on a thread of its own. A run's big values (the spec compiled, the vhost as
-/// read, the plan and its report) are freed one allocation at a time, 0.1 to 0.2 s at 10,000
-/// topologies, once the answer is known: the answer need not wait for it, and a process that
-/// exits first leaves the memory to the kernel.
-pub(crate) fn drop_aside<T: Send + 'static>(value: T) {
-    // Spawning fails only when the system is out of threads; then the closure, and the value
-    // with it, is dropped here.
-    let _ = std::thread::Builder::new().spawn(move || drop(value));
-}
-
 /// glibc's malloc gives each thread that allocates an arena of its own and keeps what was freed
-/// there: with the broker's listings parsed on a thread each, hopper's peak at 10,000 topologies
-/// rose by 50 to 110 MB, at no gain in speed over one arena (docs/benchmarks.md). Called before
-/// any thread starts; a `MALLOC_ARENA_MAX` in the environment is the user's and wins.
+/// there: the runtime's threads parse the broker's listings, and with an arena each the peak of a
+/// no-op apply at 2,000 topologies was 50.5 MB instead of 41.9 MB, at no gain in speed
+/// (docs/benchmarks.md). Called before any thread starts; a `MALLOC_ARENA_MAX` in the environment
+/// is the user's and wins.
 fn one_malloc_arena() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     if std::env::var_os("MALLOC_ARENA_MAX").is_none() {

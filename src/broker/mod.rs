@@ -5,7 +5,6 @@ pub mod budget;
 pub mod http;
 pub mod identity;
 pub mod mover;
-pub mod progress;
 pub mod properties;
 pub mod redrive;
 pub mod tls;
@@ -96,12 +95,6 @@ impl Endpoint {
     /// Whether any management URL is HTTPS (each was checked to start with http:// or https://).
     pub fn management_over_tls(&self) -> bool {
         self.management_urls.iter().any(|u| u.get(..8).is_some_and(|s| s.eq_ignore_ascii_case("https://")))
-    }
-
-    /// Whether every management URL names this machine (`localhost`, a loopback address): the
-    /// broker then answers on the CPUs hopper computes on.
-    pub fn management_is_local(&self) -> bool {
-        self.management_urls.iter().all(|url| uri::parse_management(url).is_ok_and(|(_, host)| host.is_loopback()))
     }
 
     pub fn from_settings(settings: Settings) -> Result<Self> {
@@ -285,32 +278,6 @@ mod tests {
         assert!(e.management_over_tls());
         let e = Endpoint::new("amqp://a:5681", Some("http://a:15681/api,HTTPS://b:15671/api")).unwrap();
         assert!(e.management_over_tls());
-    }
-
-    #[test]
-    fn a_broker_on_this_machine_is_known_by_its_management_urls() {
-        let local = |management: &str| Endpoint::new("amqp://rabbit", Some(management)).unwrap().management_is_local();
-        for url in [
-            "http://localhost:15672/api",
-            "https://LOCALHOST/api",
-            "http://127.0.0.1:15672/api",
-            "http://127.8.0.1/api",
-        ] {
-            assert!(local(url), "{url}");
-        }
-        assert!(local("http://[::1]:15672/api, http://127.0.0.1:15673/api"));
-        for url in [
-            "http://rabbit:15672/api",
-            "http://10.0.0.1:15672/api",
-            "http://[::2]:15672/api",
-            "http://localhost.example/api",
-        ] {
-            assert!(!local(url), "{url}");
-        }
-        // A cluster is local only when each of its nodes is.
-        assert!(!local("http://localhost:15672/api,http://rabbit-2:15672/api"));
-        // Derived from the AMQP URL when not given.
-        assert!(Endpoint::new("amqp://localhost:5672", None).unwrap().management_is_local());
     }
 
     #[test]

@@ -110,16 +110,7 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
         );
         return Ok(Exit::Error);
     }
-    // With the one vhost known (--vhost, the URL's), the broker is read while the spec loads; a
-    // spec error still comes first.
     let endpoint = args.broker.endpoint();
-    let early = match &endpoint {
-        Ok(e) if !args.amqp_only => ops::Early::start(e, super::vhosts(args.vhost.as_deref(), Some(e))?.one()),
-        _ => None,
-    };
-    if let Some(early) = &early {
-        early.wait_for_spare_cpu();
-    }
     let spec_args = SpecArgs { specs: args.specs.clone(), vhost: args.vhost.clone() };
     let (spec, files) = spec_args.load_sources_for(endpoint.as_ref().ok())?;
     let endpoint = endpoint?;
@@ -134,7 +125,7 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
         fingerprint: format == Format::Json || args.out.is_some() || output::verbosity() == Verbosity::Verbose,
         objects: args.out.is_some(),
     };
-    let report = ops::apply::run(&endpoint, &by_vhost, &request, early)?;
+    let report = ops::apply::run(&endpoint, &by_vhost, &request)?;
     render(&report, &args, format)?;
     if let Some(out) = &args.out {
         if report.conflicts() > 0 {
@@ -145,8 +136,6 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
         }
     }
     let exit = exit(&report, &args);
-    drop(by_vhost);
-    crate::drop_aside((report, spec));
     Ok(exit)
 }
 
@@ -186,7 +175,7 @@ fn run_saved(args: &Args, path: &std::path::Path, format: Format) -> Result<Exit
         fingerprint: true,
         objects: true,
     };
-    let report = ops::apply::run(&endpoint, &by_vhost, &request, None)?;
+    let report = ops::apply::run(&endpoint, &by_vhost, &request)?;
     if !report.stale.is_empty() {
         if format == Format::Json {
             output::document(&report)?;

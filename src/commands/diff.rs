@@ -29,27 +29,16 @@ pub struct Args {
 }
 
 pub fn run(args: Args, format: Format) -> Result<Exit> {
-    // With the one vhost known (--vhost, the URL's), the broker is read while the spec loads; a
-    // spec error still comes first.
     let endpoint = args.broker.endpoint();
-    let early = match &endpoint {
-        Ok(e) => ops::Early::start(e, super::vhosts(args.spec.vhost.as_deref(), Some(e))?.one()),
-        Err(_) => None,
-    };
-    if let Some(early) = &early {
-        early.wait_for_spare_cpu();
-    }
     let spec = args.spec.load_for(endpoint.as_ref().ok())?;
     let endpoint = endpoint?;
     let by_vhost: Vec<_> = ops::by_vhost(&spec.compiled).into_iter().collect();
-    let report = ops::diff::run(&endpoint, &by_vhost, early)?;
+    let report = ops::diff::run(&endpoint, &by_vhost)?;
     match format {
         Format::Json => output::document(&report)?,
         Format::Table => print(&report)?,
     }
     let exit = if report.in_sync { Exit::Ok } else { Exit::Drift };
-    drop(by_vhost);
-    crate::drop_aside((report, spec));
     Ok(exit)
 }
 

@@ -328,23 +328,15 @@ fn staleness(expected: &[Expected], plans: &[(&Plan, &Fingerprint, Option<&[Seen
     stale
 }
 
-pub fn run(
-    endpoint: &Endpoint,
-    by_vhost: &[(&str, Vec<&CompiledTopology>)],
-    request: &Request,
-    early: Option<super::Early>,
-) -> Result<Report> {
-    let names: Vec<&str> = by_vhost.iter().map(|(v, _)| *v).collect();
+pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)], request: &Request) -> Result<Report> {
     std::thread::scope(|scope| {
         // The spec's part of each fingerprint, hashed on a second core while the broker is read.
         let spec_hashes = request.fingerprints().then(|| {
             scope.spawn(|| by_vhost.iter().map(|(_, t)| fingerprint::spec(t, request.prune)).collect::<Vec<_>>())
         });
-        // The spec's side of each plan, made while an early reading may still be under way.
         let desired: Vec<plan::Desired> = by_vhost.iter().map(|(_, t)| plan::Desired::new(t)).collect();
-        let early = super::Early::finish(early.filter(|_| !request.amqp_only), &names);
         let spec_hashes = || spec_hashes.map(|h| h.join().expect("the spec's hashing does not panic"));
-        super::runtime()?.block_on(converge(endpoint, by_vhost, request, &desired, early, spec_hashes))
+        super::runtime()?.block_on(converge(endpoint, by_vhost, request, &desired, spec_hashes))
     })
 }
 
@@ -369,24 +361,18 @@ struct Run<'a> {
     version: String,
 }
 
-/// Read (unless read early), plan every vhost, then carry the plans out.
+/// Read, plan every vhost, then carry the plans out.
 async fn converge(
     endpoint: &Endpoint,
     by_vhost: &[(&str, Vec<&CompiledTopology>)],
     request: &Request,
     desired: &[plan::Desired<'_>],
-    early: Option<super::Reading>,
     spec_hashes: impl FnOnce() -> Option<Vec<String>>,
 ) -> Result<Report> {
     // Both endpoints and every vhost are read at once; nothing read is trusted before the
     // endpoints are known to be one cluster.
-    let reading = match early {
-        Some(reading) => reading,
-        None => {
-            let names: Vec<&str> = by_vhost.iter().map(|(v, _)| *v).collect();
-            super::Reading::of(endpoint, &names, request.amqp_only, &Default::default()).await
-        }
-    };
+    let names: Vec<&str> = by_vhost.iter().map(|(v, _)| *v).collect();
+    let reading = super::Reading::of(endpoint, &names, request.amqp_only).await;
     let mut readings = reading.vhosts;
     let (cluster, version) = identify(endpoint, reading.amqp, reading.http)?;
     let all: Vec<&CompiledTopology> = by_vhost.iter().flat_map(|(_, t)| t.iter().copied()).collect();
@@ -539,7 +525,6 @@ impl Run<'_> {
             .iter()
             .any(|s| matches!(s, Step::Create { object: Object::Queue(q) } if QueueType::of(&q.arguments) == QueueType::Quorum));
         let quorum_members = live.nodes.as_deref().filter(|_| creates_quorum).map(plan::placement::quorum_members);
-        crate::drop_aside(live);
         Ok(Planned { session, plan, read_from, note, fingerprint, objects: objects.flatten(), quorum_members })
     }
 

@@ -141,26 +141,17 @@ pub struct Report {
     pub vhosts: Vec<VhostDiff>,
 }
 
-pub fn run(
-    endpoint: &Endpoint,
-    by_vhost: &[(&str, Vec<&CompiledTopology>)],
-    early: Option<super::Early>,
-) -> Result<Report> {
+pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)]) -> Result<Report> {
     let vhosts: Vec<&str> = by_vhost.iter().map(|(v, _)| *v).collect();
-    // The spec's side of each plan, made while an early reading may still be under way.
     let desired: Vec<plan::Desired> = by_vhost.iter().map(|(_, t)| plan::Desired::new(t)).collect();
-    let early = super::Early::finish(early, &vhosts);
-    let (plans, lives) = super::runtime()?.block_on(async {
+    let plans = super::runtime()?.block_on(async {
         let options = Options { prune: false, admin: Some(endpoint.admin()), migrate: false };
         let cannot = |e: anyhow::Error| {
             anyhow::anyhow!("hopper diff reads the broker through the management API and cannot: {e:#}")
         };
         // Everything read at once: who answers at each endpoint and every vhost. Nothing is
         // trusted before the two endpoints are known to be one cluster.
-        let reading = match early {
-            Some(reading) => reading,
-            None => super::Reading::of(endpoint, &vhosts, false, &Default::default()).await,
-        };
+        let reading = super::Reading::of(endpoint, &vhosts, false).await;
         let (http_identity, amqp_identity, readings) =
             (reading.http.expect("asked of the management API"), reading.amqp, reading.vhosts);
         let http_identity = http_identity.map_err(cannot)?;
@@ -181,7 +172,7 @@ pub fn run(
         });
         let all: Vec<&CompiledTopology> = by_vhost.iter().flat_map(|(_, t)| t.iter().copied()).collect();
         super::check_release(&http_identity.version, &all)?;
-        let (mut plans, mut lives) = (Vec::new(), Vec::new());
+        let mut plans = Vec::new();
         for (((vhost, _), desired), live) in by_vhost.iter().zip(&desired).zip(readings) {
             let mut live = live.map_err(cannot)?;
             // Counts only where they matter: left-over queues (what prune would do) and
@@ -217,15 +208,11 @@ pub fn run(
                 .filter(|f| f.queues.is_empty() || f.queues.iter().any(|q| desired.queues().contains(q)))
                 .collect();
             plans.push((plan, hazards));
-            lives.push(live);
         }
-        anyhow::Ok((plans, lives))
+        anyhow::Ok(plans)
     })?;
     let (plans, hazards): (Vec<Plan>, Vec<Vec<Finding>>) = plans.into_iter().unzip();
     let mut report = report(plans);
-    // Freed once the report is made: freed beside it, they took turns with it at malloc's one
-    // arena.
-    crate::drop_aside(lives);
     for (v, h) in report.vhosts.iter_mut().zip(hazards) {
         v.hazards = h;
     }

@@ -10,13 +10,11 @@ pub mod plan_file;
 pub mod redrive;
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use anyhow::Result;
 
 use crate::broker::amqp::Session;
 use crate::broker::identity::{Cluster, Identity};
-use crate::broker::progress::Progress;
 use crate::broker::{Endpoint, http};
 use crate::compile::CompiledTopology;
 use crate::live::Live;
@@ -68,12 +66,11 @@ pub struct Reading {
 }
 
 impl Reading {
-    /// Each vhost's answers are noted in `progress` as they come back.
-    pub async fn of(endpoint: &Endpoint, vhosts: &[&str], amqp_only: bool, progress: &Progress) -> Reading {
+    pub async fn of(endpoint: &Endpoint, vhosts: &[&str], amqp_only: bool) -> Reading {
         let (amqp, http, mut readings) = tokio::join!(
             crate::broker::identity::amqp(endpoint),
             async { if amqp_only { None } else { Some(http::identity(endpoint).await) } },
-            async { if amqp_only { Vec::new() } else { read_all(endpoint, vhosts, progress).await } }
+            async { if amqp_only { Vec::new() } else { read_all(endpoint, vhosts).await } }
         );
         // The identity's overview is the vhosts' too: one request fewer beside the listings.
         if let Some(Ok(identity)) = &http {
@@ -85,75 +82,14 @@ impl Reading {
     }
 }
 
-/// A reading started before the spec is loaded, when the one vhost is known from `--vhost`:
-/// listing a vhost of 10,000 topologies takes seconds, and loading and compiling its spec
-/// 0.3 s of it. Reads only; a spec that fails to load ends the run before the reading is used.
-pub struct Early {
-    vhost: String,
-    /// The reading, sent once it is over; nothing when the thread that reads panicked.
-    reading: std::sync::mpsc::Receiver<Result<Reading>>,
-    progress: Progress,
-    /// Whether the broker answers on this machine's CPUs (`Endpoint::management_is_local`).
-    local: bool,
-}
-
-/// How long `Early::wait_for_spare_cpu` waits for a broker that has not answered at all.
-const UNANSWERED: Duration = Duration::from_secs(1);
-
-impl Early {
-    pub fn start(endpoint: &Endpoint, vhost: Option<&str>) -> Option<Early> {
-        let vhost = vhost?.to_string();
-        let (endpoint, name, progress) = (endpoint.clone(), vhost.clone(), Progress::default());
-        let local = endpoint.management_is_local();
-        let noted = progress.clone();
-        let (sent, reading) = std::sync::mpsc::sync_channel(1);
-        std::thread::spawn(move || {
-            let _ended = noted.ends_on_drop();
-            let runtime = match runtime() {
-                Ok(runtime) => runtime,
-                Err(e) => return drop(sent.send(Err(e))),
-            };
-            let reading = runtime.block_on(Reading::of(&endpoint, &[&name], false, &noted));
-            // Handed over before the runtime shuts down: joining its idle request threads took
-            // 0.8 ms after the broker's last answer (RabbitMQ 4.3, 500 topologies), which the
-            // plan need not wait for.
-            let _ = sent.send(Ok(reading));
-            runtime.shutdown_background();
-        });
-        Some(Early { vhost, reading, progress, local })
-    }
-
-    /// Waits, when the broker runs on this machine, until loading the spec no longer takes a
-    /// CPU the broker answers with: until every listing but the last has come back (the broker
-    /// then works on that one alone), the reading has ended, or nothing has answered within a
-    /// second. Loaded while all three listings were on their way, the spec took the CPU from
-    /// the broker's answer as much as it did once they were in (docs/benchmarks.md). A broker
-    /// elsewhere does not share the CPUs: the spec loads at once, and its errors come first.
-    pub fn wait_for_spare_cpu(&self) {
-        if self.local {
-            self.progress.wait_for_the_last_listing(UNANSWERED);
-        }
-    }
-
-    /// The reading, when it is of exactly these vhosts (a spec without topologies has none);
-    /// else `None`, and the run reads them itself.
-    pub(crate) fn finish(early: Option<Early>, vhosts: &[&str]) -> Option<Reading> {
-        let early = early?;
-        if vhosts != [early.vhost.as_str()] {
-            return None;
-        }
-        early.reading.recv().ok()?.ok()
-    }
-}
-
 /// Every vhost of a run, read one after another through the management API; a failure ends
 /// the reading there (it is reported in vhost order, after the endpoints' own checks, and the
 /// management API's overview among them: that is what makes a 404 here the vhost's).
-async fn read_all(endpoint: &Endpoint, vhosts: &[&str], progress: &Progress) -> Vec<Result<Live>> {
+async fn read_all(endpoint: &Endpoint, vhosts: &[&str]) -> Vec<Result<Live>> {
     let mut readings = Vec::new();
     for vhost in vhosts {
         crate::output::narrate(|| format!("vhost `{vhost}`: reading it through the management API"));
-        let live = http::list(endpoint, vhost, http::Stats::Skipped, progress).await;
+        let live = http::list(endpoint, vhost, http::Stats::Skipped).await;
         let failed = live.is_err();
         readings.push(live);
         if failed {

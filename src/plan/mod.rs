@@ -375,22 +375,8 @@ impl<'t> Desired<'t> {
 
     pub fn plan(&self, vhost: &str, live: &Live, options: &Options) -> Plan {
         let index = Index::new(&self.owners, live);
-        // Each object's step depends on the object and the broker alone: they are judged in two
-        // halves, one on this thread and one on another, and the left-overs on a third, once the
-        // broker has answered and left the CPUs free. At 2,000 topologies planning was a third of
-        // the time between the last answer and the exit. Small plans take the same path, so that
-        // every test runs it.
-        let steps_of = |objects: &[&Object]| -> Vec<Step> {
-            objects.iter().map(|o| step(o, live, vhost, &index, options)).collect()
-        };
-        let (mut steps, leftovers) = std::thread::scope(|s| {
-            let (first, second) = self.objects.split_at(self.objects.len() / 2);
-            let leftovers = s.spawn(|| leftover::steps(self, live, options, &index));
-            let second = s.spawn(move || steps_of(second));
-            let mut steps = steps_of(first);
-            steps.extend(second.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
-            (steps, leftovers.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-        });
+        let mut steps: Vec<Step> = self.objects.iter().map(|o| step(o, live, vhost, &index, options)).collect();
+        let leftovers = leftover::steps(self, live, options, &index);
         if live.bindings.is_none() {
             refuse_blind_moves(&index, live, &mut steps);
         }

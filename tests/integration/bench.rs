@@ -1,11 +1,12 @@
-//! The benchmark (`examples/bench.rs`, run by `scripts/bench`) with a few topologies on each
-//! broker, so that it cannot rot: every step runs and checks what it measures, the table has
-//! every row, and the benchmarks page's tables are the program's. Nothing here looks at a time.
+//! The benchmark (the workspace member `bench/`, run by `scripts/bench`) with a few topologies on
+//! each broker, so that it cannot rot: every step runs and checks what it measures, the page it
+//! writes from its data holds every row, and the benchmarks page is the program's. Nothing here
+//! looks at a time.
 
 use std::path::PathBuf;
 
-use crate::bench_program as bench;
 use crate::support::{Broker, on_every_broker};
+use hopper_bench as bench;
 
 fn options() -> bench::Options {
     bench::Options {
@@ -14,13 +15,12 @@ fn options() -> bench::Options {
         fresh: 1,
         queue_type: "classic".into(),
         hopper: PathBuf::from(env!("CARGO_BIN_EXE_hopper")),
-        against: None,
+        against: vec![],
         force: false,
         verbose: false,
         move_bytes: 512,
         settle: Some(std::time::Duration::from_secs(1)),
         read_for: None,
-        pin: false,
     }
 }
 
@@ -37,13 +37,14 @@ async fn small_run(broker: Broker) {
     let (major, minor) = broker.version();
     let target = target(broker);
     // Against itself, so that `--against`'s reads and rows run too.
-    let options = bench::Options { against: Some(PathBuf::from(env!("CARGO_BIN_EXE_hopper"))), ..options() };
-    let report = tokio::task::spawn_blocking(move || bench::run(&target, &options)).await.unwrap().unwrap();
+    let options = bench::Options { against: vec![PathBuf::from(env!("CARGO_BIN_EXE_hopper"))], ..options() };
+    let mut report = tokio::task::spawn_blocking(move || bench::run(&target, &options)).await.unwrap().unwrap();
 
     assert!(report.version.starts_with(&format!("{major}.{minor}.")), "{}", report.version);
     let [size] = &report.sizes[..] else { panic!("{:?}", report.sizes) };
     // 3 topologies: 5 queues, 3 exchanges, 7 bindings each.
     assert_eq!((size.topologies, size.objects), (3, (15, 9, 21)));
+    let [against] = &size.against[..] else { panic!("{:?}", size.against) };
     for (what, step, runs) in [
         ("apply", &size.apply, 1),
         ("rabbitmqctl import", &size.ctl_import, 1),
@@ -52,8 +53,8 @@ async fn small_run(broker: Broker) {
         ("listing on kept-alive connections", &size.listing_kept_alive, 2),
         ("no-op", &size.noop, 2),
         ("diff", &size.diff, 2),
-        ("--against's no-op", &size.against_noop, 2),
-        ("--against's diff", &size.against_diff, 2),
+        ("--against's no-op", &against.noop, 2),
+        ("--against's diff", &against.diff, 2),
         ("dry run", &size.dry_run, 2),
         ("inspect", &size.inspect, 2),
         ("export", &size.export, 2),
@@ -65,67 +66,54 @@ async fn small_run(broker: Broker) {
     for step in [&size.apply, &size.noop, &size.diff, &size.inspect, &size.export, &size.lint] {
         assert!(step.peak_mb().is_some_and(|mb| mb > 1.0), "{step:?}");
     }
+    // The reads waited for a quiet machine (here at most about a second: other tests run
+    // beside), and the table says how busy it was.
+    let settled = size.settled.expect("the machine's load, read from /proc/stat");
+    assert!(settled.waited >= std::time::Duration::from_secs(1), "{settled:?}");
 
-    let table = bench::markdown(&report, "abc1234", "2026-01-01");
+    // The data goes through JSON and back whole, and a run `--against` is kept apart from the
+    // curve: merged beside one without, both stay, and the curve's table is the plain run's.
+    (report.commit, report.date) = ("abc1234".into(), "2026-01-01".into());
+    let json =
+        serde_json::to_string(&bench::page::Data { curves: vec![report.clone()], ..Default::default() }).unwrap();
+    let mut data: bench::page::Data = serde_json::from_str(&json).unwrap();
+    let mut plain = report.clone();
+    plain.sizes[0].against.clear();
+    data.merge(bench::page::Data { curves: vec![plain.clone(), plain], ..Default::default() });
+    assert_eq!(data.curves.len(), 2, "one curve a broker, and the comparison beside it");
+    let page = bench::page::markdown(&data);
+    let table = bench::page::broker_table(&data.curves[0]);
     assert!(table.starts_with(&format!("**RabbitMQ {}**", report.version)), "{table}");
     assert!(table.contains("| step | 3 topologies (45 objects) |"), "{table}");
     assert!(!table.contains("—"), "a step without a figure:\n{table}");
-    assert!(table.contains("| this build ÷ the `--against` build: no-op apply, `diff` |"), "{table}");
-    let without = bench::Report {
-        sizes: vec![bench::SizeResult {
-            against_noop: Default::default(),
-            against_diff: Default::default(),
-            ..size.clone()
-        }],
-        ..report.clone()
-    };
+    assert!(page.contains(&table), "{page}");
+    assert!(page.contains("### Builds compared, round by round"), "{page}");
+    assert!(page.contains("](benchmarks.svg)"), "{page}");
+    let svg = bench::page::svg(&data);
+    assert!(svg.starts_with("<svg ") && svg.trim_end().ends_with("</svg>"), "{svg}");
+    assert!(svg.contains(&format!("RabbitMQ {}", report.version)), "{svg}");
+    assert_eq!(svg.matches("<polyline").count(), 8, "a line a series, one broker");
+
+    // The book's page is the program's: its generated part is what the program writes from the
+    // data beside it, and writing it again changes nothing.
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/docs");
+    let text = std::fs::read_to_string(format!("{dir}/benchmarks.md")).unwrap();
+    let data: bench::page::Data =
+        serde_json::from_str(&std::fs::read_to_string(format!("{dir}/benchmarks.json")).unwrap()).unwrap();
+    let written = bench::page::replace_generated(&text, &bench::page::markdown(&data)).unwrap();
     assert!(
-        !bench::markdown(&without, "abc1234", "2026-01-01").contains("--against"),
-        "rows of a build not run against"
+        written == text,
+        "docs/benchmarks.md is not what its data renders: run scripts/bench --render docs/benchmarks.md"
     );
-    // The reads waited for a quiet machine (here at most about a second: other tests run
-    // beside), and the table says how busy it was; a wait that ran out says so in a note.
-    let settled = size.settled.expect("the machine's load, read from /proc/stat");
-    assert!(settled.waited >= std::time::Duration::from_secs(1), "{settled:?}");
-    assert!(table.contains("Before each size's reads the run waited for the machine"), "{table}");
-    assert_eq!(table.contains("had not been quiet for two seconds"), !settled.quiet, "{table}");
-
-    // The book's benchmarks page holds this broker's table between its markers, in the program's own words:
-    // every row label the program writes is there, and re-running replaces only that block.
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/benchmarks.md")).unwrap();
-    let name = format!("{major}.{minor}");
-    let replaced = bench::replace_between_markers(&readme, &name, &table).unwrap();
-    assert!(replaced.contains(&table));
-    assert_eq!(bench::replace_between_markers(&replaced, &name, &table).unwrap(), replaced, "not idempotent");
-    let begin = readme.find(&format!("<!-- bench:{name}:begin -->")).unwrap();
-    let block = &readme[begin..begin + readme[begin..].find(&format!("<!-- bench:{name}:end -->")).unwrap()];
-    // (`--against`'s rows are only in a run that used it, which the page's need not be.)
-    for line in table.lines().filter(|l| l.starts_with("| ") && !l.starts_with("| step") && !l.contains("--against")) {
-        let label = line.split(" | ").next().unwrap();
-        assert!(
-            block.contains(&format!("{label} |")),
-            "the benchmarks page's {name} table lacks the row {label:?}: re-run scripts/bench --write docs/benchmarks.md"
-        );
-    }
-
-    // The target rows: one for the size, its rounds paired (2 rounds: too few for an
-    // interval, so undecided), replacing only this broker and size's row on the benchmarks page.
-    let rows = bench::target_rows(&report, "abc1234");
-    let [row] = &rows[..] else { panic!("{rows:?}") };
-    assert!(row.starts_with(&format!("| {} | 3 | 2 | ", report.version)), "{row}");
-    assert!(row.ends_with(" | undecided | abc1234 |"), "{row}");
-    let replaced = bench::replace_target_rows(&readme, &rows).unwrap();
-    assert!(replaced.contains(&format!("\n{row}\n")), "{replaced}");
-    assert_eq!(bench::replace_target_rows(&replaced, &rows).unwrap(), replaced, "not idempotent");
-    let target = |text: &str| {
-        let start = text.find("<!-- bench:target:begin -->").expect("the benchmarks page's target table");
-        text[start..start + text[start..].find("<!-- bench:target:end -->").unwrap()].lines().count()
-    };
-    assert_eq!(target(&replaced), target(&readme) + 1, "a row added for a size the page does not have");
+    let svg = std::fs::read_to_string(format!("{dir}/benchmarks.svg")).unwrap();
+    assert!(
+        svg == bench::page::svg(&data),
+        "docs/benchmarks.svg is not its data's: run scripts/bench --render docs/benchmarks.md"
+    );
 }
 
 /// `--move` with 100 messages, once: each mover moves them all (the program checks the counts),
-/// the shovel wherever its plugin is (4.x), and the benchmarks page's move table takes the row in place.
+/// the shovel wherever its plugin is (4.x), and the page's table has the broker's row.
 async fn small_move(broker: Broker) {
     let (major, minor) = broker.version();
     let target = target(broker);
@@ -137,18 +125,12 @@ async fn small_move(broker: Broker) {
     // .ci/brokers.sh enables the shovel plugins on 4.0 and 4.3, never on the system 3.10.
     assert_eq!(result.shovel.samples.len(), usize::from(major >= 4), "{result:?}");
     assert_eq!(result.no_shovel.is_some(), major < 4, "{result:?}");
+    assert!(result.redrive.peak_mb().is_some_and(|mb| mb > 1.0), "{result:?}");
 
-    let row = bench::move_row(&result);
-    assert!(row.starts_with(&format!("| {}, classic | **", result.version)), "{row}");
-    assert_eq!(row.contains("×"), major >= 4, "{row}");
-
-    // The benchmarks page's table keeps its header and its other rows; this broker's is replaced, once.
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/benchmarks.md")).unwrap();
-    let replaced = bench::replace_move_rows(&readme, std::slice::from_ref(&row)).unwrap();
-    assert!(replaced.contains(&format!("\n{row}\n")), "{replaced}");
-    assert_eq!(bench::replace_move_rows(&replaced, &[row]).unwrap(), replaced, "not idempotent");
-    let rows = |text: &str| text.lines().filter(|l| l.starts_with("| ") && l.contains(" msg/s")).count();
-    assert_eq!(rows(&replaced), rows(&readme));
+    let page = bench::page::markdown(&bench::page::Data { moves: vec![result.clone()], ..Default::default() });
+    let row = page.lines().find(|l| l.starts_with(&format!("| {}, classic | 100 × 512 B | **", result.version)));
+    let row = row.unwrap_or_else(|| panic!("{page}"));
+    assert_eq!(row.matches("msg/s").count(), if major >= 4 { 3 } else { 2 }, "{row}");
 }
 
 on_every_broker!(small_run, small_move);
@@ -212,10 +194,10 @@ fn quiet_reads_proc_stat_and_waits_for_two_quiet_seconds() {
 }
 
 /// The paired figure: each round's read over the same round's listing, its median and a 95%
-/// interval from the order statistics, and where that interval stands against a bound.
+/// interval from the order statistics.
 #[test]
 fn paired_ratios_pair_rounds_and_bound_the_median() {
-    use bench::{Paired, Sample, Step, Verdict};
+    use bench::{Paired, Sample, Step};
     let step =
         |secs: &[f64]| Step { samples: secs.iter().map(|&secs| Sample { secs, peak_mb: None, cpu: None }).collect() };
 
@@ -228,7 +210,6 @@ fn paired_ratios_pair_rounds_and_bound_the_median() {
     assert!((p.median - 1.1).abs() < 1e-9, "{p:?}");
     let (lo, hi) = p.interval.unwrap();
     assert!((lo - 1.1).abs() < 1e-9 && (hi - 1.1).abs() < 1e-9, "{p:?}");
-    assert_eq!(p.verdict(1.2), Verdict::Within);
 
     // Nine ratios 0.9, 1.0, ..., 1.7: the interval is the 2nd and 8th, 1.0 to 1.6.
     let listing = step(&[1.0; 9]);
@@ -236,13 +217,10 @@ fn paired_ratios_pair_rounds_and_bound_the_median() {
     assert!((p.median - 1.3).abs() < 1e-9, "{p:?}");
     let (lo, hi) = p.interval.unwrap();
     assert!((lo - 1.0).abs() < 1e-9 && (hi - 1.6).abs() < 1e-9, "{p:?}");
-    assert_eq!(p.verdict(1.2), Verdict::Undecided, "straddles the bound");
-    assert_eq!(p.verdict(1.6), Verdict::Within, "at the bound is within");
-    assert_eq!(p.verdict(0.95), Verdict::Over);
 
-    // Too few rounds for an interval: undecided whatever the median; unequal rounds: no pairs.
+    // Too few rounds for an interval; unequal rounds: no pairs.
     let few = Paired::of(&step(&[1.0; 5]), &step(&[1.0; 5])).unwrap();
-    assert_eq!((few.interval, few.verdict(1.2)), (None, Verdict::Undecided));
+    assert_eq!(few.interval, None);
     assert_eq!(Paired::of(&step(&[1.0; 5]), &step(&[1.0; 4])), None);
 }
 
@@ -277,69 +255,4 @@ fn median_interval_is_the_narrowest_with_95_percent_coverage() {
     assert_eq!(bench::median_interval(5), None);
     assert_eq!(bench::median_interval(6), Some((0, 5)));
     assert_eq!(bench::median_interval(9), Some((1, 7)));
-}
-
-/// `--pin` on a process of the test's own (a `sleep`, not a broker that other tests share):
-/// every thread of it moves off the last CPU, this process onto it, and both get back what they
-/// had when the pin is dropped. On a machine of one CPU it is refused instead.
-#[test]
-fn pinning_moves_a_process_off_the_readers_cpu_and_gives_it_back() {
-    let allowed = |pid: u32| -> String {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-        let line = status.lines().find(|l| l.starts_with("Cpus_allowed_list:")).unwrap();
-        line.split_whitespace().nth(1).unwrap().to_string()
-    };
-    // Killed however the test ends.
-    struct Child(std::process::Child);
-    impl Drop for Child {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let sleep = Child(std::process::Command::new("sleep").arg("60").spawn().unwrap());
-    let (child, own) = (sleep.0.id(), std::process::id());
-    let (child_before, own_before) = (allowed(child), allowed(own));
-    let cpus = std::thread::available_parallelism().unwrap().get();
-    match bench::Pinned::of(&[child as i32]) {
-        Ok(pinned) => {
-            let last = own_before.rsplit([',', '-']).next().unwrap().to_string();
-            assert_eq!(allowed(own), last, "this process on the last CPU");
-            assert!(!allowed(child).split([',', '-']).any(|c| c == last), "{}", allowed(child));
-            assert!(pinned.describe().contains(&format!("on CPU {last}")), "{}", pinned.describe());
-            // The undo line gives the child every CPU it had (the kernel's list: "0-1", "0,2-3").
-            let had: Vec<String> = child_before
-                .split(',')
-                .flat_map(|r| {
-                    let (a, b) = r.split_once('-').unwrap_or((r, r));
-                    a.parse::<usize>().unwrap()..=b.parse::<usize>().unwrap()
-                })
-                .map(|c| c.to_string())
-                .collect();
-            assert_eq!(pinned.undo(), format!("taskset -a -p -c {} {child}", had.join(",")));
-            drop(pinned);
-            assert_eq!((allowed(child), allowed(own)), (child_before, own_before), "given back");
-        }
-        Err(e) => {
-            assert_eq!(cpus, 1, "{e:#}");
-            assert!(format!("{e:#}").contains("two CPUs"), "{e:#}");
-        }
-    }
-    drop(sleep);
-}
-
-/// The system broker is never pinned: other tests share it. A chroot broker's processes are
-/// found by their root (read only: nothing is pinned here).
-#[test]
-fn pin_refuses_the_system_broker_and_finds_a_chroot_brokers_processes() {
-    let system = bench::Broker::matrix("3.10").unwrap();
-    let refused = bench::Pinned::new(&system).err().expect("the system broker refused");
-    assert!(format!("{refused:#}").contains("system broker"), "{refused:#}");
-
-    let broker = bench::Broker::matrix("4.3").unwrap();
-    let (root, _) = broker.chroot.as_ref().unwrap();
-    let pids = bench::Pinned::processes_in(root).unwrap();
-    let names: Vec<String> =
-        pids.iter().filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).ok()).collect();
-    assert!(names.iter().any(|n| n.trim() == "beam.smp"), "the broker's VM among {names:?} in {}", root.display());
 }

@@ -456,9 +456,8 @@ async fn a_spec_error_comes_first_though_the_broker_is_read_early() {
     }
 }
 
-/// With the broker on this machine, the spec loads once the broker is down to its last listing
-/// (`ops::Early`); a broker that accepts and never answers is not waited for: its timeout is an
-/// hour here, and the spec's error still comes, with its exit code.
+/// The spec loads before the broker is read: a broker that accepts and never answers is not
+/// waited for (its timeout is an hour here), and the spec's error comes, with its exit code.
 #[test]
 fn a_spec_error_is_not_held_back_by_a_silent_broker() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();

@@ -28,11 +28,6 @@ mod spec_errors;
 mod support;
 mod tls;
 
-/// The benchmark program, run small by `bench`.
-#[allow(dead_code)]
-#[path = "../../examples/bench.rs"]
-mod bench_program;
-
 #[allow(dead_code)]
 #[path = "../../examples/retry_consumer.rs"]
 mod retry_consumer;

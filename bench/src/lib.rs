@@ -1,13 +1,7 @@
 //! The benchmark: hopper against the broker's own import and the cheapest complete listing of a
-//! vhost, at several sizes, on each broker of the test matrix, side by side in one run (docs/benchmarks.md).
-//! `scripts/bench` builds and runs it:
-//!
-//! ```text
-//! scripts/bench                                  3.10, 4.0 and 4.3 at 500, 2,000 and 10,000 topologies
-//! scripts/bench --broker 3.10 --sizes 500,2000   one broker, two sizes
-//! scripts/bench --write docs/benchmarks.md       also replace that broker's table in the book
-//! scripts/bench --move 10000 --broker 4.3        messages moved a second (below)
-//! ```
+//! vhost, at several sizes, on each broker of the test matrix, side by side in one run; and
+//! hopper's movers against the broker's shovel (docs/benchmarks.md). `scripts/bench` builds and
+//! runs it (`--help`); `page` writes the benchmarks page from what it measured.
 //!
 //! For each broker and size, on vhosts of its own (deleted at the end, also on failure):
 //!
@@ -24,31 +18,24 @@
 //! Each size's reads wait until the machine is quiet (`Quiet`, `--settle`), and each read until
 //! it has been quiet for half a second: none pays for the one before. They run in rounds, one
 //! of each read a round (`--repeats`, then more while `--read-for` lasts), and each hopper read
-//! is judged against the listing of its own round (`Paired`): the target rows say whether the
-//! no-op apply and `diff` are within 1.2×, over, or not yet decided by the rounds measured.
+//! is judged against the listing of its own round (`Paired`).
 //!
 //! Every hopper command's wall time and peak memory (the kernel's `ru_maxrss` of that child,
 //! from `wait4`); the cheap steps are the median of `--repeats` runs. Nothing here asserts on
 //! time: the integration test `bench` runs it with a few topologies so that it cannot rot.
 //!
-//! It is an example rather than a `[[bench]]` target because `cargo nextest run --all-targets`
-//! would run a harness-less bench as a test, and an example is also a module the integration
-//! tests include (`#[path]`), like `retry_consumer.rs`.
-//!
 //! `--move N` measures messages moved a second instead, on a vhost of its own: N persistent
-//! messages (`--move-bytes`, 512 by default) in a topology's dead-letter queue, moved to its main
-//! queue by `hopper redrive` (timed until it exits: every copy confirmed, every original acked),
-//! and back by the management UI's "Move messages" (the dynamic shovel its form creates, timed
-//! until the destination holds N by a passive declaration every 5 ms); then the main queue's N
-//! messages out and back by the mover of `apply --migrate`, its queue type switched. The shovel
-//! needs rabbitmq_shovel_management, which `.ci/brokers.sh` enables on 4.0 and 4.3 and never on
-//! the system 3.10 broker: there only hopper is timed.
-//!
-//! Scenarios beyond the curve go beside `measure_size`, as `measure_move` does: a method of `Run`
-//! returning the broker's result, a function making its rows, its option parsed in `main`.
+//! messages (`--move-bytes`) in a topology's dead-letter queue, moved to its main queue by
+//! `hopper redrive` (timed until it exits: every copy confirmed, every original acked), and back
+//! by the management UI's "Move messages" (the dynamic shovel its form creates, timed until the
+//! destination holds N by a passive declaration every 5 ms); then the main queue's N messages out
+//! and back by the mover of `apply --migrate`, its queue type switched. The shovel needs
+//! rabbitmq_shovel_management, which `.ci/brokers.sh` enables on 4.0 and 4.3 and never on the
+//! system 3.10 broker: there only hopper is timed.
+
+pub mod page;
 
 use std::collections::BTreeSet;
-use std::fmt::Write as _;
 use std::fs;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -57,6 +44,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// A broker of the matrix: where it answers and how to run its `rabbitmqctl`.
@@ -112,9 +100,9 @@ pub struct Options {
     pub fresh: usize,
     pub queue_type: String,
     pub hopper: PathBuf,
-    /// `--against`: a second hopper build whose no-op apply and diff run in the same rounds, for
+    /// `--against`: other hopper builds whose no-op apply and diff run in the same rounds, for
     /// a change measured against the build before it on the same broker state.
-    pub against: Option<PathBuf>,
+    pub against: Vec<PathBuf>,
     /// Run quorum queues on RabbitMQ 3.x past its file handle limit.
     pub force: bool,
     /// Progress lines on stderr.
@@ -129,8 +117,6 @@ pub struct Options {
     /// reads have taken less than this: at 500 topologies a round costs seconds, at 10,000
     /// a minute, and the paired ratio's interval narrows with rounds, not with minutes.
     pub read_for: Option<Duration>,
-    /// `--pin`: the reads with the broker and the readers on CPUs of their own (`Pinned`).
-    pub pin: bool,
 }
 
 /// The most rounds of reads at one size, however cheap a round is.
@@ -145,7 +131,7 @@ pub const MAX_ROUNDS: usize = 99;
 pub struct Quiet;
 
 /// How a wait for a quiet machine ended.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Settled {
     /// The busy share of all CPUs in the last second before the reads.
     pub busy: f64,
@@ -210,136 +196,8 @@ impl Quiet {
     }
 }
 
-/// `--pin`: the broker's processes on the machine's first CPUs, this program and every command
-/// it times on the last, for the reads only. On this 2-core machine the broker keeps both cores
-/// busy while it answers a listing, so a client's CPU delays the broker's answer one for one;
-/// pinned, hopper's CPU and the broker's no longer share a core, as with a broker on a host of
-/// its own (a diagnosis beside the table, not its reference: `--write` refuses it). Only the
-/// chroot brokers `.ci/brokers.sh` starts: the system broker serves every other test on this
-/// machine, and its scheduling is not this program's to change. The broker's own affinity comes
-/// back when the value is dropped; an interrupted run leaves it pinned, and says how to undo it.
-pub struct Pinned {
-    /// The broker's processes and the CPUs each was allowed before.
-    broker: Vec<(i32, Vec<usize>)>,
-    /// This program's CPUs before, and where the broker and the reads run now.
-    own: Vec<usize>,
-    broker_cpus: Vec<usize>,
-    reader_cpu: usize,
-}
-
-impl Pinned {
-    pub fn new(broker: &Broker) -> Result<Pinned> {
-        let Some((root, _)) = &broker.chroot else {
-            bail!(
-                "--pin moves the broker's processes to other CPUs, and RabbitMQ {} is the system broker, which other tests on this machine share: --pin runs on 4.0 and 4.3, the brokers .ci/brokers.sh starts",
-                broker.name
-            );
-        };
-        let pids = Self::processes_in(root)?;
-        if pids.is_empty() {
-            bail!("--pin: no process runs in {}: is the broker up (.ci/brokers.sh)?", root.display());
-        }
-        Self::of(&pids)
-    }
-
-    /// The processes whose root is `root`: a chroot broker's VM and its helpers.
-    pub fn processes_in(root: &Path) -> Result<Vec<i32>> {
-        let root = fs::canonicalize(root).with_context(|| format!("the broker's tree {}", root.display()))?;
-        let mut pids = vec![];
-        for entry in fs::read_dir("/proc")?.flatten() {
-            let Some(pid) = entry.file_name().to_str().and_then(|p| p.parse::<i32>().ok()) else { continue };
-            if fs::read_link(entry.path().join("root")).is_ok_and(|r| r == root) {
-                pids.push(pid);
-            }
-        }
-        Ok(pids)
-    }
-
-    /// `pids` on every CPU but the last, this program on the last.
-    pub fn of(pids: &[i32]) -> Result<Pinned> {
-        let own = affinity::get(0)?;
-        let Some((&last, rest)) = own.split_last().filter(|(_, rest)| !rest.is_empty()) else {
-            bail!("--pin needs two CPUs at least; this program may use {own:?}");
-        };
-        let mut pinned = Pinned { broker: vec![], own: own.clone(), broker_cpus: rest.to_vec(), reader_cpu: last };
-        for &pid in pids {
-            // Noted before it is moved: a move that fails halfway is undone on drop too.
-            pinned.broker.push((pid, affinity::get(pid)?));
-            affinity::set_process(pid, rest)?;
-        }
-        affinity::set_process(std::process::id() as i32, &[last])?;
-        Ok(pinned)
-    }
-
-    /// What to run if the run is interrupted before the broker's affinity comes back.
-    pub fn undo(&self) -> String {
-        let each = self.broker.iter().map(|(pid, cpus)| {
-            let cpus: Vec<String> = cpus.iter().map(usize::to_string).collect();
-            format!("taskset -a -p -c {} {pid}", cpus.join(","))
-        });
-        each.collect::<Vec<_>>().join("; ")
-    }
-
-    /// As a note under the table.
-    pub fn describe(&self) -> String {
-        let cpus: Vec<String> = self.broker_cpus.iter().map(usize::to_string).collect();
-        format!(
-            "the reads ran pinned (--pin): the broker's {} processes on CPU {}, this program, hopper and the listing on CPU {}",
-            self.broker.len(),
-            cpus.join(","),
-            self.reader_cpu
-        )
-    }
-}
-
-impl Drop for Pinned {
-    fn drop(&mut self) {
-        for (pid, before) in &self.broker {
-            if let Err(e) = affinity::set_process(*pid, before) {
-                eprintln!("bench: the broker's process {pid} stays pinned ({e:#}): {}", self.undo());
-            }
-        }
-        let _ = affinity::set_process(std::process::id() as i32, &self.own);
-    }
-}
-
-/// `sched_getaffinity` and `sched_setaffinity`, by CPU number.
-mod affinity {
-    use anyhow::{Result, bail};
-
-    pub fn get(pid: i32) -> Result<Vec<usize>> {
-        // SAFETY: a zeroed cpu_set_t is an empty set, and the kernel writes at most its size.
-        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        if unsafe { libc::sched_getaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
-            bail!("sched_getaffinity({pid}): {}", std::io::Error::last_os_error());
-        }
-        Ok((0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect())
-    }
-
-    /// Every thread of `pid` (a thread's affinity is its own; new ones inherit their creator's).
-    pub fn set_process(pid: i32, cpus: &[usize]) -> Result<()> {
-        // SAFETY: as above; CPU_SET stays within the set for numbers under CPU_SETSIZE.
-        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        for &c in cpus {
-            unsafe { libc::CPU_SET(c, &mut set) };
-        }
-        let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))?;
-        for task in tasks.flatten() {
-            let Some(tid) = task.file_name().to_str().and_then(|t| t.parse::<i32>().ok()) else { continue };
-            if unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
-                let e = std::io::Error::last_os_error();
-                // A thread that ended since the listing of its process.
-                if e.raw_os_error() != Some(libc::ESRCH) {
-                    bail!("sched_setaffinity({tid}) of process {pid}: {e}");
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
 /// One measured command: wall seconds and, for hopper's own, peak memory in MB.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct Sample {
     pub secs: f64,
     pub peak_mb: Option<f64>,
@@ -349,7 +207,7 @@ pub struct Sample {
 }
 
 /// The medians of a step at one size.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Step {
     pub samples: Vec<Sample>,
 }
@@ -382,17 +240,6 @@ pub struct Paired {
     pub interval: Option<(f64, f64)>,
 }
 
-/// Where a paired figure stands against a bound such as the issue's 1.2×.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    /// The whole interval is at or under the bound.
-    Within,
-    /// The whole interval is over it.
-    Over,
-    /// The interval straddles it, or there are too few rounds for one.
-    Undecided,
-}
-
 impl Paired {
     /// `step`'s samples over `listing`'s, pairing them by position: `measure_size` pushes one
     /// of each a round, in round order.
@@ -412,14 +259,6 @@ impl Paired {
         let median = median(ratios.clone())?;
         let interval = median_interval(rounds).map(|(lo, hi)| (ratios[lo], ratios[hi]));
         Some(Paired { rounds, median, interval })
-    }
-
-    pub fn verdict(&self, bound: f64) -> Verdict {
-        match self.interval {
-            Some((_, hi)) if hi <= bound => Verdict::Within,
-            Some((lo, _)) if lo > bound => Verdict::Over,
-            _ => Verdict::Undecided,
-        }
     }
 }
 
@@ -443,6 +282,10 @@ pub fn median_interval(n: usize) -> Option<(usize, usize)> {
     best
 }
 
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
 fn median(mut v: Vec<f64>) -> Option<f64> {
     if v.is_empty() {
         return None;
@@ -453,7 +296,8 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
 }
 
 /// Everything measured at one size on one broker.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct SizeResult {
     pub topologies: usize,
     /// queues, exchanges, bindings per vhost
@@ -467,9 +311,8 @@ pub struct SizeResult {
     pub listing_kept_alive: Step,
     pub noop: Step,
     pub diff: Step,
-    /// The `--against` build's, in the same rounds; empty without one.
-    pub against_noop: Step,
-    pub against_diff: Step,
+    /// The `--against` builds', in the same rounds.
+    pub against: Vec<Against>,
     pub dry_run: Step,
     pub inspect: Step,
     pub export: Step,
@@ -482,6 +325,15 @@ pub struct SizeResult {
     pub settled: Option<Settled>,
 }
 
+/// An `--against` build's reads at one size, in the same rounds as this build's.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Against {
+    /// The build's file name.
+    pub build: String,
+    pub noop: Step,
+    pub diff: Step,
+}
+
 impl SizeResult {
     pub fn total_objects(&self) -> usize {
         self.objects.0 + self.objects.1 + self.objects.2
@@ -489,7 +341,7 @@ impl SizeResult {
 }
 
 /// One broker's run: its version and every size.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
     pub broker: String,
     pub version: String,
@@ -499,13 +351,20 @@ pub struct Report {
     pub sizes: Vec<SizeResult>,
     /// The size that could not be measured, and why.
     pub failure: Option<String>,
-    pub machine: String,
+    pub machine: Machine,
+    /// hopper's commit and the day, UTC, filled in by the command line.
+    pub commit: String,
+    pub date: String,
 }
 
 /// One broker's `--move` run: `messages` moved by each mover, `--repeats` times.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct MoveResult {
+    /// The matrix's name for the broker ("4.3") and the version it reported.
+    pub broker: String,
     pub version: String,
+    /// Each message's body, in bytes.
+    pub bytes: usize,
     pub queue_type: String,
     pub messages: usize,
     /// `hopper redrive`, dead-letter queue to main queue: `messages` per sample.
@@ -518,6 +377,9 @@ pub struct MoveResult {
     /// The mover of `apply --migrate`, out to the holding queue and back: twice `messages` per
     /// sample.
     pub migrate: Step,
+    pub machine: Machine,
+    pub commit: String,
+    pub date: String,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -850,7 +712,7 @@ impl Amqp {
 /// which for a child spawned here is this process (vfork). Once the benchmark had parsed a
 /// 10,000-topology listing, every hopper command "peaked" at the benchmark's 369 MB. A child of
 /// a freshly started, small process starts from that process's few MB instead.
-static MEASURER: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+pub static MEASURER: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
 
 /// Runs a command, output to `log`; its wall time and (from `wait4`) its peak resident memory.
 fn measure(command: &mut Command, log: &Path) -> Result<(Sample, i32)> {
@@ -885,7 +747,7 @@ fn measure(command: &mut Command, log: &Path) -> Result<(Sample, i32)> {
 
 /// `--measure-child USAGE PROGRAM ARGS...`: runs the program (stdio inherited) and writes its
 /// wall seconds, CPU seconds, peak memory in MB and exit code into USAGE.
-fn measure_child(args: &[String]) -> Result<()> {
+pub fn measure_child(args: &[String]) -> Result<()> {
     let [usage, program, rest @ ..] = args else { bail!("--measure-child USAGE PROGRAM ARGS...") };
     let (sample, code) = wait_measured(Command::new(program).args(rest))?;
     let (secs, cpu, peak) = (sample.secs, sample.cpu.unwrap_or(0.0), sample.peak_mb.unwrap_or(0.0));
@@ -1154,15 +1016,18 @@ impl Run<'_> {
 
         // The reads, interleaved so that the broker's state drifts alike for each. A rotation
         // alone keeps each read after the same other one (the listing always came after
-        // inspect's heavy listing with statistics); a stride that changes each round (1 to 4,
-        // each coprime with 5, so still every read once; 1 to 6 of 7 with `--against`) moves
-        // them.
-        let reads_a_round = if options.against.is_some() { 7 } else { 5 };
-        let pinned = options.pin.then(|| Pinned::new(self.broker)).transpose()?;
-        if let Some(p) = &pinned {
-            self.say(format!("{}; if interrupted, undo with: {}", p.describe(), p.undo()));
-            result.notes.push(p.describe());
-        }
+        // inspect's heavy listing with statistics); a stride that changes each round, coprime
+        // with the reads a round so still every read once, moves them.
+        let reads_a_round = 5 + 2 * options.against.len();
+        let strides: Vec<usize> = (1..reads_a_round).filter(|s| gcd(*s, reads_a_round) == 1).collect();
+        result.against = options
+            .against
+            .iter()
+            .map(|b| Against {
+                build: b.file_name().unwrap_or_default().to_string_lossy().into(),
+                ..Default::default()
+            })
+            .collect();
         self.say("no-op apply, diff, dry run, inspect, listing");
         let mut hurried = 0;
         self.http.take_resent();
@@ -1185,7 +1050,7 @@ impl Run<'_> {
         };
         let mut round = 0;
         while more(round) {
-            let stride = round % (reads_a_round - 1) + 1;
+            let stride = strides[round % strides.len()];
             for which in (0..reads_a_round).map(|i| (i * stride + round) % reads_a_round) {
                 hurried += usize::from(hurried_read());
                 match which {
@@ -1209,17 +1074,7 @@ impl Run<'_> {
                         &[0, 1],
                         None,
                     )?),
-                    5 | 6 => {
-                        let against = options.against.as_deref().expect("7 reads a round only with --against");
-                        let (step, args) = if which == 5 {
-                            (&mut result.against_noop, vec!["apply", "--vhost", &applied, specs_arg])
-                        } else {
-                            (&mut result.against_diff, vec!["diff", "--vhost", &applied, specs_arg])
-                        };
-                        let expect = (which == 5).then_some("No changes");
-                        step.samples.push(self.step_of(against, &args, &[0], expect)?);
-                    }
-                    _ => {
+                    4 => {
                         // The reference, then, after a quiet half second of its own, the same on
                         // connections kept from the round before.
                         for (connections, step) in [
@@ -1236,11 +1091,20 @@ impl Run<'_> {
                             }
                         }
                     }
+                    _ => {
+                        let (build, noop) = ((which - 5) / 2, (which - 5) % 2 == 0);
+                        let binary = &options.against[build];
+                        let (step, args) = if noop {
+                            (&mut result.against[build].noop, ["apply", "--vhost", &applied, specs_arg])
+                        } else {
+                            (&mut result.against[build].diff, ["diff", "--vhost", &applied, specs_arg])
+                        };
+                        step.samples.push(self.step_of(binary, &args, &[0], noop.then_some("No changes"))?);
+                    }
                 }
             }
             round += 1;
         }
-        drop(pinned);
         if hurried > 0 {
             result.notes.push(format!(
                 "{hurried} of {} reads began before the machine had been quiet for half a second: they may be slow",
@@ -1340,7 +1204,12 @@ impl Run<'_> {
     fn measure_move(&self, n: usize, tag: &str) -> Result<MoveResult> {
         let options = self.options;
         let mut result = MoveResult {
+            broker: String::new(),
             version: String::new(),
+            bytes: options.move_bytes,
+            machine: Machine::default(),
+            commit: String::new(),
+            date: String::new(),
             queue_type: options.queue_type.clone(),
             messages: n,
             redrive: Step::default(),
@@ -1556,7 +1425,7 @@ pub fn run(broker: &Broker, options: &Options) -> Result<Report> {
             Err(e) => {
                 failure = Some(format!(
                     "{} topologies: not measured: {}",
-                    thousands(n),
+                    page::thousands(n),
                     format!("{e:#}").lines().next().unwrap_or("")
                 ));
                 break;
@@ -1575,7 +1444,9 @@ pub fn run(broker: &Broker, options: &Options) -> Result<Report> {
         fresh: options.fresh,
         sizes,
         failure,
-        machine: machine(),
+        machine: Machine::now(),
+        commit: String::new(),
+        date: String::new(),
     })
 }
 
@@ -1588,324 +1459,57 @@ pub fn run_move(broker: &Broker, options: &Options, messages: usize) -> Result<M
     let run = Run { broker, options, http: &http, dir: dir.clone() };
     let result = run.measure_move(messages, &tag());
     let _ = fs::remove_dir_all(&dir);
-    Ok(MoveResult { version, ..result? })
+    Ok(MoveResult { broker: broker.name.clone(), version, machine: Machine::now(), ..result? })
 }
 
-fn machine() -> String {
-    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let mem = fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            m.lines().find(|l| l.starts_with("MemTotal")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        })
-        .map_or(String::new(), |kb| format!(", {:.0} GiB", kb / 1048576.0));
-    let load = fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let load: Vec<&str> = load.split_whitespace().take(3).collect();
-    format!("{cpus} CPUs{mem}, load average {} at the end", load.join(" "))
+/// The machine a run measured on, as the page states it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Machine {
+    pub cpus: usize,
+    pub cpu_model: String,
+    pub memory_gib: f64,
+    pub kernel: String,
+    /// The load average (1, 5 and 15 minutes) at the end of the run: others' work on the
+    /// same cores is the noise in its figures.
+    pub load: String,
 }
 
-// ---------------------------------------------------------------------------------------------
-// The report
-// ---------------------------------------------------------------------------------------------
-
-fn thousands(n: usize) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
-fn secs(step: &Step) -> Option<String> {
-    step.median().map(|m| match m {
-        m if m < 1.0 => format!("{m:.3} s"),
-        m if m < 10.0 => format!("{m:.2} s"),
-        m => format!("{m:.1} s"),
-    })
-}
-
-fn ratio(a: Option<f64>, b: Option<f64>) -> Option<String> {
-    match (a, b) {
-        (Some(a), Some(b)) if b > 0.0 => Some(format!("{:.2}×", a / b)),
-        _ => None,
-    }
-}
-
-/// The broker's table in Markdown: one column per size, one row per step.
-pub fn markdown(report: &Report, commit: &str, date: &str) -> String {
-    let mut out = String::new();
-    let sizes = &report.sizes;
-    let _ = writeln!(out, "**RabbitMQ {}**, {} queues, {date}, hopper {commit}\n", report.version, report.queue_type);
-    let mut header = "| step |".to_string();
-    let mut rule = "|---|".to_string();
-    for s in sizes {
-        let _ = write!(header, " {} topologies ({} objects) |", thousands(s.topologies), thousands(s.total_objects()));
-        rule.push_str("---|");
-    }
-    let _ = writeln!(out, "{header}\n{rule}");
-    type Cell = Box<dyn Fn(&SizeResult) -> Option<String>>;
-    // hopper's CPU time (median) and peak memory, after its wall time.
-    let mem = |step: &Step| {
-        let cpu = step.cpu().map(|c| format!(" (CPU {c:.2} s)")).unwrap_or_default();
-        format!("{cpu}{}", step.peak_mb().map(|m| format!(", {m:.0} MB")).unwrap_or_default())
-    };
-    let timed = |get: fn(&SizeResult) -> &Step| -> Cell {
-        Box::new(move |s| secs(get(s)).map(|t| format!("{t}{}", mem(get(s)))))
-    };
-    let against_listing = |get: fn(&SizeResult) -> &Step| -> Cell {
-        Box::new(move |s| {
-            let t = secs(get(s))?;
-            let r = Paired::of(get(s), &s.listing).map(|p| format!(" ({})", paired(&p, true))).unwrap_or_default();
-            Some(format!("{t}{}{r}", mem(get(s))))
-        })
-    };
-    let fastest_import =
-        |s: &SizeResult| [s.ctl_import.median(), s.http_import.median()].into_iter().flatten().reduce(f64::min);
-    let rows: Vec<(&str, Cell)> = vec![
-        ("`hopper apply` into an empty vhost", timed(|s| &s.apply)),
-        ("`rabbitmqctl import_definitions`, until a listing shows every object", timed(|s| &s.ctl_import)),
-        (
-            "`POST /api/definitions/{vhost}`",
-            Box::new(move |s| {
-                let step = &s.http_import;
-                secs(step).map(|t| format!("{t}{}", mem(step))).or_else(|| s.http_refused.clone())
-            }),
-        ),
-        (
-            "first apply ÷ the faster import",
-            Box::new(move |s| ratio(s.apply.median(), fastest_import(s)).map(|r| format!("**{r}**"))),
-        ),
-        (
-            "objects a second: hopper / the faster import",
-            Box::new(move |s| {
-                let o = s.total_objects() as f64;
-                Some(format!("{:.0} / {:.0}", o / s.apply.median()?, o / fastest_import(s)?))
-            }),
-        ),
-        ("cheapest complete listing (3 GETs at once on new connections, no statistics)", timed(|s| &s.listing)),
-        (
-            "the same on connections kept alive from the round before (÷ listing)",
-            against_listing(|s| &s.listing_kept_alive),
-        ),
-        ("`hopper apply`, no-op (÷ listing)", against_listing(|s| &s.noop)),
-        ("`hopper diff` (÷ listing)", against_listing(|s| &s.diff)),
-        ("the `--against` build's no-op apply (÷ listing)", against_listing(|s| &s.against_noop)),
-        ("the `--against` build's `diff` (÷ listing)", against_listing(|s| &s.against_diff)),
-        (
-            "this build ÷ the `--against` build: no-op apply, `diff`",
-            Box::new(|s| {
-                let noop = Paired::of(&s.noop, &s.against_noop)?;
-                let diff = Paired::of(&s.diff, &s.against_diff)?;
-                Some(format!("{}; {}", paired(&noop, true), paired(&diff, true)))
-            }),
-        ),
-        ("`hopper apply --dry-run` (÷ listing)", against_listing(|s| &s.dry_run)),
-        ("`hopper inspect --vhost`, with counts (÷ listing)", against_listing(|s| &s.inspect)),
-        ("`hopper export`, offline", timed(|s| &s.export)),
-        ("`hopper lint`, offline", timed(|s| &s.lint)),
-        (
-            "hopper's peak memory, any command",
-            Box::new(|s| {
-                [&s.apply, &s.noop, &s.diff, &s.dry_run, &s.inspect, &s.export, &s.lint]
-                    .iter()
-                    .filter_map(|st| st.peak_mb())
-                    .reduce(f64::max)
-                    .map(|m| format!("**{m:.0} MB**"))
-            }),
-        ),
-    ];
-    for (label, cell) in rows {
-        // The `--against` rows only when a build was run against.
-        if sizes.iter().all(|s| cell(s).is_none()) && label.contains("--against") {
-            continue;
-        }
-        let mut line = format!("| {label} |");
-        for s in sizes {
-            let _ = write!(line, " {} |", cell(s).unwrap_or_else(|| "—".into()));
-        }
-        let _ = writeln!(out, "{line}");
-    }
-    let rounds: Vec<String> = sizes.iter().map(|s| s.listing.samples.len().to_string()).collect();
-    let _ = writeln!(
-        out,
-        "\nMedian wall time of {} runs ({} for first apply and each import, each into a fresh vhost; the reads: {} rounds); {}.",
-        report.repeats,
-        report.fresh,
-        rounds.join(", "),
-        report.machine
-    );
-    let _ = writeln!(
-        out,
-        "÷ listing: the median of each round's time over the same round's listing, then the range that holds the true median with at least 95% confidence (order statistics: no assumption about the distribution; none under 6 rounds)."
-    );
-    let busy: Vec<String> = sizes.iter().filter_map(|s| s.settled).map(|s| format!("{:.0}%", s.busy * 100.0)).collect();
-    if !busy.is_empty() {
-        let _ = writeln!(
-            out,
-            "Before each size's reads the run waited for the machine to be at most {:.0}% busy for two seconds in a row (it was {} busy when they began), and before each read for half a second.",
-            Quiet::BUSY * 100.0,
-            busy.join(", ")
-        );
-    }
-    if let Some(failure) = &report.failure {
-        let _ = writeln!(out, "- {failure}");
-    }
-    for s in sizes {
-        for note in &s.notes {
-            let _ = writeln!(out, "- {}: {note}", thousands(s.topologies));
-        }
-    }
-    out
-}
-
-/// `**1.08×**, 1.02–1.15`: the median ratio (bold or not), then its interval.
-fn paired(p: &Paired, bold: bool) -> String {
-    let median = if bold { format!("**{:.2}×**", p.median) } else { format!("{:.2}×", p.median) };
-    match p.interval {
-        Some((lo, hi)) => format!("{median}, {lo:.2}–{hi:.2}"),
-        None => median,
-    }
-}
-
-/// Issue 13's bound: a no-op apply and `diff` within 1.2× the cheapest complete listing.
-pub const TARGET: f64 = 1.2;
-
-/// The target table's header, the benchmarks page's.
-const TARGET_HEADER: &str = "| RabbitMQ | topologies | rounds | no-op apply ÷ listing | `diff` ÷ listing | against 1.2× | hopper |\n|---|---|---|---|---|---|---|\n";
-
-/// A broker's rows of the target table, one a size: the no-op apply's and `diff`'s paired
-/// ratios and, from their intervals, where the size stands. Within only when both intervals
-/// are at or under the bound; over when either is wholly above it.
-pub fn target_rows(report: &Report, commit: &str) -> Vec<String> {
-    let mut rows = vec![];
-    for s in &report.sizes {
-        let (Some(noop), Some(diff)) = (Paired::of(&s.noop, &s.listing), Paired::of(&s.diff, &s.listing)) else {
-            continue;
+impl Machine {
+    pub fn now() -> Machine {
+        let read = |path: &str| fs::read_to_string(path).unwrap_or_default();
+        let field = |text: &str, key: &str| {
+            text.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_once(':')).map(|(_, v)| v.trim().to_string())
         };
-        let verdict = match (noop.verdict(TARGET), diff.verdict(TARGET)) {
-            (Verdict::Within, Verdict::Within) => "**within**",
-            (Verdict::Over, _) | (_, Verdict::Over) => "**over**",
-            _ => "undecided",
-        };
-        rows.push(format!(
-            "| {} | {} | {} | {} | {} | {verdict} | {commit} |",
-            report.version,
-            thousands(s.topologies),
-            noop.rounds,
-            paired(&noop, false),
-            paired(&diff, false)
-        ));
+        let meminfo = read("/proc/meminfo");
+        let kb = field(&meminfo, "MemTotal").and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok());
+        let load = read("/proc/loadavg");
+        Machine {
+            cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            cpu_model: field(&read("/proc/cpuinfo"), "model name").unwrap_or_default(),
+            memory_gib: kb.map_or(0.0, |kb| (kb / 1048576.0 * 10.0).round() / 10.0),
+            kernel: read("/proc/sys/kernel/osrelease").trim().to_string(),
+            load: load.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
+        }
     }
-    rows
 }
 
-/// The benchmarks page's target table with `rows` in place of those for the same RabbitMQ minor
-/// version and size: a run of one broker or one size leaves the others as they were.
-pub fn replace_target_rows(text: &str, rows: &[String]) -> Result<String> {
-    // "| 4.3.6 | 2,000 | ..." -> ((4, 3), 2000)
-    fn key(row: &str) -> Option<((u32, u32), usize)> {
-        let mut cells = row.strip_prefix("| ")?.split(" | ");
-        let mut version = cells.next()?.split('.').map(|p| p.parse::<u32>().ok());
-        let topologies = cells.next()?.replace(',', "").parse().ok()?;
-        Some(((version.next()??, version.next()??), topologies))
-    }
-    replace_rows(text, "target", TARGET_HEADER, rows, key)
-}
-
-/// The benchmarks page's `--move` table (between `<!-- bench:move:begin -->` and its end marker) with
-/// `rows` in place of those for the same RabbitMQ minor version and queue type: a run measures
-/// one queue type, so the other rows stay as they were.
-pub fn replace_move_rows(text: &str, rows: &[String]) -> Result<String> {
-    // "| 4.3.6, quorum | ..." -> ((4, 3), "quorum")
-    fn key(row: &str) -> Option<((u32, u32), String)> {
-        let cell = row.strip_prefix("| ")?.split(" |").next()?;
-        let (version, queue_type) = cell.split_once(", ")?;
-        let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
-        Some(((parts.next()??, parts.next()??), queue_type.to_string()))
-    }
-    replace_rows(text, "move", MOVE_HEADER, rows, key)
-}
-
-/// The table between `NAME`'s markers, its rows keyed by `key`: `rows` replace those with the
-/// same key, the others stay, and all are sorted by key under `header`.
-fn replace_rows<K: Ord>(
-    text: &str,
-    name: &str,
-    header: &str,
-    rows: &[String],
-    key: fn(&str) -> Option<K>,
-) -> Result<String> {
-    let begin = format!("<!-- bench:{name}:begin -->");
-    let start = text.find(&begin).ok_or_else(|| anyhow!("no `{begin}` marker"))? + begin.len();
-    let block = &text[start..start + text[start..].find(&format!("<!-- bench:{name}:end -->")).unwrap_or(0)];
-    let mut table: Vec<String> = block.lines().filter(|l| key(l).is_some()).map(String::from).collect();
-    table.retain(|old| !rows.iter().any(|new| key(new) == key(old)));
-    table.extend(rows.iter().cloned());
-    table.sort_by_key(|row| key(row));
-    replace_between_markers(text, name, &format!("{header}{}\n", table.join("\n")))
-}
-
-/// Replaces the text between `<!-- bench:NAME:begin -->` and `<!-- bench:NAME:end -->`.
-pub fn replace_between_markers(text: &str, name: &str, table: &str) -> Result<String> {
-    let begin = format!("<!-- bench:{name}:begin -->");
-    let end = format!("<!-- bench:{name}:end -->");
-    let start = text.find(&begin).ok_or_else(|| anyhow!("no `{begin}` marker"))? + begin.len();
-    let stop = start + text[start..].find(&end).ok_or_else(|| anyhow!("no `{end}` marker after `{begin}`"))?;
-    Ok(format!("{}\n{}{}", &text[..start], table, &text[stop..]))
-}
-
-/// The `--move` table's header, the benchmarks page's.
-const MOVE_HEADER: &str = "| RabbitMQ, queues | hopper redrive | shovel \"Move messages\" | ratio | apply --migrate |\n|---|---|---|---|---|\n";
-
-/// A broker's row of the `--move` table: each mover's messages a second, from its median time.
-pub fn move_row(m: &MoveResult) -> String {
-    let cell = |step: &Step, moved: usize, bold: bool| -> Option<String> {
-        let secs = step.median()?;
-        let rate = format!("{} msg/s", thousands((moved as f64 / secs).round() as usize));
-        Some(if bold { format!("**{rate}** ({secs:.2} s)") } else { format!("{rate} ({secs:.2} s)") })
-    };
-    let redrive = cell(&m.redrive, m.messages, true).unwrap_or_else(|| "—".into());
-    let shovel = cell(&m.shovel, m.messages, true)
-        .or_else(|| m.no_shovel.as_ref().map(|why| format!("— ({why})")))
-        .unwrap_or_else(|| "—".into());
-    let ratio = match (m.redrive.median(), m.shovel.median()) {
-        (Some(h), Some(s)) if s > 0.0 => format!("{:.1}×", h / s),
-        _ => "—".into(),
-    };
-    let migrate = cell(&m.migrate, 2 * m.messages, false).unwrap_or_else(|| "—".into());
-    format!("| {}, {} | {redrive} | {shovel} | {ratio} | {migrate} |", m.version, m.queue_type)
-}
-
-/// The `--move` table of a run's brokers, with what was moved and how it was measured.
-pub fn move_markdown(results: &[MoveResult], options: &Options, commit: &str, date: &str) -> String {
-    let messages = results.first().map_or(0, |m| m.messages);
-    let mut out = format!(
-        "**Moving {} messages** of {} bytes, {date}, hopper {commit}\n\n{MOVE_HEADER}",
-        thousands(messages),
-        options.move_bytes
-    );
-    for m in results {
-        let _ = writeln!(out, "{}", move_row(m));
-    }
-    let _ = writeln!(
-        out,
-        "\nMedian wall time of {} runs; ratio: hopper's time ÷ the shovel's (above 1, the shovel is faster); {}.",
-        options.repeats,
-        machine()
-    );
-    out
+/// `--offline N`: each offline command of one spec file of N topologies, no broker.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Offline {
+    pub topologies: usize,
+    /// (the command, without the spec's path; its wall time and peak memory)
+    pub commands: Vec<(String, Sample)>,
+    pub machine: Machine,
+    pub commit: String,
+    pub date: String,
 }
 
 /// No broker: one spec file of `n` topologies (the same shape, classic queues), each offline
 /// command's wall time and peak memory.
-pub fn offline_table(hopper: &Path, n: usize) -> Result<String> {
+pub fn offline(hopper: &Path, n: usize) -> Result<Offline> {
     let dir = std::env::temp_dir().join(format!("hopper-bench-offline-{}", std::process::id()));
     fs::create_dir_all(&dir)?;
-    let outcome = (|| -> Result<String> {
+    let outcome = (|| -> Result<Offline> {
         let spec = dir.join("spec.toml");
         let mut f = std::io::BufWriter::new(fs::File::create(&spec)?);
         f.write_all(b"[defaults]\nqueue_type = \"classic\"\nexchange_type = \"topic\"\ndelays = [\"5s\", \"30s\", \"5m\"]\nmax_attempts = 4\nidempotency_key = \"message_id\"\n\n")?;
@@ -1913,234 +1517,18 @@ pub fn offline_table(hopper: &Path, n: usize) -> Result<String> {
             writeln!(f, "[topology.t{i}]\nrouting_keys = [\"t{i}.created\", \"t{i}.paid\"]\n")?;
         }
         drop(f);
-        let mut out = format!(
-            "| {} topologies ({} objects), offline | wall time | peak memory |\n|---|---|---|\n",
-            thousands(n),
-            thousands(14 * n)
-        );
         let spec = spec.to_str().unwrap();
+        let mut commands = vec![];
         for args in [&["compile", "--format", "json", spec][..], &["lint", spec], &["export", spec], &["graph", spec]] {
             let (sample, code) = measure(Command::new(hopper).args(args), &dir.join("out"))?;
+            let command = args[..args.len() - 1].join(" ");
             if code != 0 {
-                bail!("hopper {} exited {code}", args[..args.len() - 1].join(" "));
+                bail!("hopper {command} exited {code}");
             }
-            let _ = writeln!(
-                out,
-                "| `hopper {}` | {:.2} s | {:.0} MB |",
-                args[..args.len() - 1].join(" "),
-                sample.secs,
-                sample.peak_mb.unwrap_or(0.0)
-            );
+            commands.push((command, sample));
         }
-        Ok(out)
+        Ok(Offline { topologies: n, commands, machine: Machine::now(), commit: String::new(), date: String::new() })
     })();
     let _ = fs::remove_dir_all(&dir);
     outcome
-}
-
-// ---------------------------------------------------------------------------------------------
-// The command line
-// ---------------------------------------------------------------------------------------------
-
-const USAGE: &str = "\
-usage: scripts/bench [--broker 3.10|4.0|4.3]... [--sizes 500,2000,10000] [--repeats 3]
-                     [--fresh-repeats 1] [--queue-type classic|quorum] [--force]
-                     [--settle 300] [--read-for 240] [--write docs/benchmarks.md] [--bin PATH]
-                     [--against PATH] [--pin]
-       scripts/bench --move N [--move-bytes 512] [--broker ...]... [--repeats 3]
-                     [--queue-type classic|quorum] [--write docs/benchmarks.md] [--bin PATH]
-       scripts/bench --offline N
-
-
-Every broker of the matrix (or those given), at each size: hopper against the broker's import
-and the cheapest complete listing. The Markdown goes to stdout, progress to stderr; --write
-replaces each broker's table between its markers (<!-- bench:3.10:begin --> ... end -->).
-Interrupted (Ctrl-C), it leaves its vhosts (hb<pid>-...) on the broker.
---repeats N: runs of each offline step, and the least rounds of reads (one of each read a round).
---read-for S: after those, more rounds of reads (at most 99) while a size's reads have taken less
-than S seconds; 0 runs only --repeats rounds. The target rows (each round's no-op apply and diff
-over the same round's listing, with a 95% interval of the median) go under each table, and --write
-replaces that broker and size's rows between <!-- bench:target:begin --> and its end marker.
---settle S: before each size's reads, wait up to S seconds for the machine to be quiet (at most
-10% busy for two seconds); 0 does not wait.
---bin: the hopper binary (default: target/release/hopper beside this program).
---against PATH: another hopper build (a copy of an earlier one's binary, say), whose no-op apply
-and diff run in the same rounds: rows of its own, and this build over it, paired by round.
---pin: during the reads only, the broker's processes on every CPU but the last and this program
-(hopper and the listing with it) on the last, so that hopper's CPU does not delay the broker's
-answer by sharing its cores; 4.0 and 4.3 only (never the system broker), and not with --write:
-a diagnosis, not the book's reference. Interrupted, the broker stays pinned; the progress
-line says how to undo it.
---move N: messages moved a second instead: N persistent messages of --move-bytes bytes in a
-topology's dead-letter queue, moved to its main queue by `hopper redrive`, back by the
-management UI's \"Move messages\" shovel (brokers with rabbitmq_shovel_management: 4.0 and 4.3),
-then out and back by the mover of `apply --migrate`; --write replaces that broker and queue
-type's row between <!-- bench:move:begin --> and its end marker.
---offline N: no broker; one spec file of N topologies, each offline command's time and memory.";
-
-fn main() -> std::process::ExitCode {
-    match cli() {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("bench: {e:#}");
-            std::process::ExitCode::FAILURE
-        }
-    }
-}
-
-fn cli() -> Result<()> {
-    let argv: Vec<String> = std::env::args().skip(1).collect();
-    if argv.first().map(String::as_str) == Some("--measure-child") {
-        return measure_child(&argv[1..]);
-    }
-    let _ = MEASURER.set(std::env::current_exe()?);
-    let mut brokers = vec![];
-    let mut options = Options {
-        sizes: vec![500, 2000, 10000],
-        repeats: 3,
-        fresh: 1,
-        queue_type: "classic".into(),
-        hopper: PathBuf::new(),
-        against: None,
-        force: false,
-        verbose: true,
-        move_bytes: 512,
-        settle: Some(Duration::from_secs(300)),
-        read_for: Some(Duration::from_secs(240)),
-        pin: false,
-    };
-    let mut write = None;
-    let mut offline = None;
-    let mut moves = None;
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        let mut value = || args.next().ok_or_else(|| anyhow!("{arg} takes a value\n{USAGE}"));
-        match arg.as_str() {
-            "--broker" => brokers.push(Broker::matrix(&value()?)?),
-            "--sizes" => {
-                options.sizes =
-                    value()?.split(',').map(|s| s.trim().replace('_', "").parse()).collect::<Result<_, _>>()?;
-            }
-            "--repeats" => options.repeats = value()?.parse()?,
-            "--fresh-repeats" => options.fresh = value()?.parse()?,
-            "--queue-type" => options.queue_type = value()?,
-            "--force" => options.force = true,
-            "--write" => write = Some(PathBuf::from(value()?)),
-            "--bin" => options.hopper = PathBuf::from(value()?),
-            "--against" => options.against = Some(PathBuf::from(value()?)),
-            "--pin" => options.pin = true,
-            "--offline" => offline = Some(value()?.replace('_', "").parse::<usize>()?),
-            // Scenarios beyond the curve are parsed here.
-            "--move" => moves = Some(value()?.replace('_', "").parse::<usize>()?),
-            "--move-bytes" => options.move_bytes = value()?.replace('_', "").parse()?,
-            "--settle" => {
-                let secs: u64 = value()?.parse()?;
-                options.settle = (secs > 0).then(|| Duration::from_secs(secs));
-            }
-            "--read-for" => {
-                let secs: u64 = value()?.parse()?;
-                options.read_for = (secs > 0).then(|| Duration::from_secs(secs));
-            }
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                return Ok(());
-            }
-            other => bail!("unknown argument {other}\n{USAGE}"),
-        }
-    }
-    if options.repeats == 0 || options.fresh == 0 || options.sizes.contains(&0) || moves == Some(0) {
-        bail!("sizes, repeats and messages to move must be positive");
-    }
-    if !["classic", "quorum"].contains(&options.queue_type.as_str()) {
-        bail!("--queue-type takes classic or quorum");
-    }
-    if options.pin && write.is_some() {
-        bail!("--pin is a diagnosis beside the benchmarks page's tables, not their reference: run it without --write");
-    }
-    if brokers.is_empty() {
-        brokers = ["3.10", "4.0", "4.3"].iter().map(|b| Broker::matrix(b)).collect::<Result<_>>()?;
-    }
-    if options.hopper.as_os_str().is_empty() {
-        // target/release/examples/bench -> target/release/hopper
-        let exe = std::env::current_exe()?;
-        options.hopper = exe.parent().and_then(Path::parent).map(|d| d.join("hopper")).unwrap_or_default();
-    }
-    // A copy: a concurrent rebuild must not swap the binary in the middle of the run.
-    let copy = std::env::temp_dir().join(format!("hopper-bench-{}-hopper", std::process::id()));
-    fs::copy(&options.hopper, &copy).with_context(|| format!("the hopper binary {}", options.hopper.display()))?;
-    options.hopper = copy.clone();
-    if let Some(n) = offline {
-        let result = offline_table(&options.hopper, n);
-        let _ = fs::remove_file(copy);
-        println!("{}", result?);
-        return Ok(());
-    }
-    let commit = Command::new("git")
-        .args(["rev-parse", "--short", "HEAD"])
-        .output()
-        .ok()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_else(|| "?".into());
-    let dirty = Command::new("git")
-        .args(["diff", "--quiet", "HEAD", "--", "src", "Cargo.toml", "Cargo.lock"])
-        .status()
-        .is_ok_and(|s| !s.success());
-    let commit = if dirty { format!("{commit} with uncommitted changes") } else { commit };
-    let date = Command::new("date")
-        .args(["-u", "+%Y-%m-%d"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())?;
-    let mut failed = None;
-    if let Some(n) = moves {
-        let mut results = vec![];
-        for broker in &brokers {
-            match run_move(broker, &options, n) {
-                Ok(result) => results.push(result),
-                Err(e) => {
-                    eprintln!("bench {}: {e:#}", broker.name);
-                    failed = Some(e);
-                }
-            }
-        }
-        if !results.is_empty() {
-            println!("{}", move_markdown(&results, &options, &commit, &date));
-            if let Some(readme) = &write {
-                let rows: Vec<String> = results.iter().map(move_row).collect();
-                let text = fs::read_to_string(readme)?;
-                fs::write(readme, replace_move_rows(&text, &rows)?)?;
-                eprintln!("bench: wrote {} row(s) of the move table into {}", rows.len(), readme.display());
-            }
-        }
-        let _ = fs::remove_file(copy);
-        return failed.map_or(Ok(()), Err);
-    }
-    for broker in &brokers {
-        match run(broker, &options) {
-            Ok(report) => {
-                if let Some(why) = &report.failure {
-                    eprintln!("bench {}: {why}", broker.name);
-                    failed = Some(anyhow!("RabbitMQ {}: {why}", broker.name));
-                }
-                let table = markdown(&report, &commit, &date);
-                let rows = target_rows(&report, &commit);
-                println!("{table}\n{TARGET_HEADER}{}\n", rows.join("\n"));
-                if let Some(readme) = &write {
-                    let text = fs::read_to_string(readme)?;
-                    let text = replace_between_markers(&text, &broker.name, &table)?;
-                    fs::write(readme, replace_target_rows(&text, &rows)?)?;
-                    eprintln!(
-                        "bench: wrote RabbitMQ {}'s table and target rows into {}",
-                        broker.name,
-                        readme.display()
-                    );
-                }
-            }
-            Err(e) => {
-                eprintln!("bench {}: {e:#}", broker.name);
-                failed = Some(e);
-            }
-        }
-    }
-    let _ = fs::remove_file(copy);
-    failed.map_or(Ok(()), Err)
 }
