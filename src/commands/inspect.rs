@@ -155,22 +155,7 @@ fn render(r: &Report) -> String {
     }
     if let Some(d) = &r.dead_letters {
         lines.push(format!("\ndead letters in {} ({} peeked: {})", output::safe(&d.queue), d.peeked, d.effect));
-        let mut table = output::table(&["first died in", "reason", "messages", "oldest", "newest"]);
-        let time = |t: Option<u64>| {
-            t.map_or("?".to_string(), |t| {
-                humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_secs(t)).to_string()
-            })
-        };
-        for g in &d.groups {
-            table.add_row(vec![
-                output::safe(&g.first_death_queue).into_owned(),
-                output::safe(g.reason()).into_owned(),
-                g.messages.to_string(),
-                time(g.oldest),
-                time(g.newest),
-            ]);
-        }
-        lines.push(table.to_string());
+        lines.push(super::first_deaths(&d.groups));
         if d.without_message_id > 0 {
             lines.push(format!(
                 "{} of them without a message id: a consumer cannot tell their duplicates from new messages, so a redrive may process them twice",

@@ -263,6 +263,26 @@ fn load_failed(e: LoadError) -> Exit {
     Exit::Error
 }
 
+/// Dead letters by first death, as `inspect --dead-letters` and `redrive` show them.
+fn first_deaths(groups: &[crate::ops::dead_letters::Group]) -> String {
+    let mut table = output::table(&["first died in", "reason", "messages", "oldest", "newest"]);
+    let time = |t: Option<u64>| {
+        t.map_or("?".to_string(), |t| {
+            humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_secs(t)).to_string()
+        })
+    };
+    for g in groups {
+        table.add_row(vec![
+            output::safe(&g.first_death_queue).into_owned(),
+            output::safe(g.reason()).into_owned(),
+            g.messages.to_string(),
+            time(g.oldest),
+            time(g.newest),
+        ]);
+    }
+    table.to_string()
+}
+
 /// A vhost name from the command line: the same rules as in a spec.
 pub fn vhost_name(value: &str) -> Result<String, String> {
     match spec::vhost_problem(value) {

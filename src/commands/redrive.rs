@@ -166,22 +166,7 @@ fn render(report: &Report) -> String {
         };
         lines.push(format!("  looked at {}; {verb} {moved}{duplicates}{given_back}; {} {stay}", t.scanned, t.stayed));
         if !t.groups.is_empty() {
-            let mut table = output::table(&["first died in", "reason", "messages", "oldest", "newest"]);
-            let time = |t: Option<u64>| {
-                t.map_or("?".to_string(), |t| {
-                    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_secs(t)).to_string()
-                })
-            };
-            for g in &t.groups {
-                table.add_row(vec![
-                    output::safe(&g.first_death_queue).into_owned(),
-                    output::safe(g.reason()).into_owned(),
-                    g.messages.to_string(),
-                    time(g.oldest),
-                    time(g.newest),
-                ]);
-            }
-            lines.push(table.to_string());
+            lines.push(super::first_deaths(&t.groups));
         }
         lines.push(format!("  {}", t.effect));
         if let Some(why) = &t.stopped {

@@ -2,6 +2,7 @@
 //! arguments and render what an operation returns; they hold no logic of their own.
 
 pub mod apply;
+pub mod dead_letters;
 pub mod diff;
 pub mod graph;
 pub mod inspect;

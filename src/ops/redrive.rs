@@ -8,13 +8,13 @@ use std::time::{Duration, SystemTime};
 use anyhow::{Result, bail};
 use serde::Serialize;
 
+use super::dead_letters::{GiveBack, Group, Reader, first_death, peek_refusal, summarize};
 use crate::broker::amqp::Session;
 use crate::broker::budget::Budget;
 use crate::broker::redrive::{self, DeadLetter, Limits, Mode};
 use crate::broker::{Endpoint, http, identity};
 use crate::model::{QueueName, QueueType};
 use crate::network::{DeathReason, Network, Reason};
-use crate::ops::inspect::{GiveBack, Group, Reader, first_death, peek_refusal, summarize};
 
 /// One topology's dead-letter queue and where its dead letters go back to.
 #[derive(Debug, Clone)]
