@@ -3,7 +3,9 @@
 //! and the book's reference table (docs/spec.md) is checked against them by a test; the tests
 //! below check that what they say a key accepts is what `validate` accepts.
 
-use crate::topology::{DEFAULT_DELIVERY_LIMIT, DEFAULT_JITTER_BUCKETS, MAX_ATTEMPTS, MAX_JITTER_BUCKETS};
+use crate::topology::{
+    DEFAULT_DELIVERY_LIMIT, DEFAULT_JITTER_BUCKETS, ExchangeType, MAX_ATTEMPTS, MAX_JITTER_BUCKETS, QueueType, Strategy,
+};
 
 /// What a key's value must be.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -63,9 +65,23 @@ impl Key {
     }
 }
 
-pub const EXCHANGE_TYPES: &[&str] = &["direct", "topic", "fanout"];
-pub const STRATEGIES: &[&str] = &["republish", "chain", "native"];
-pub const QUEUE_TYPES: &[&str] = &["quorum", "classic"];
+/// The names of every variant of a spec enum (its `ALL`), in order: a choice's words are the
+/// ones the type `validate` makes of them names itself by.
+macro_rules! names {
+    ($type:ident) => {{
+        let mut names = [""; $type::ALL.len()];
+        let mut i = 0;
+        while i < names.len() {
+            names[i] = $type::ALL[i].as_str();
+            i += 1;
+        }
+        names
+    }};
+}
+
+pub const EXCHANGE_TYPES: &[&str] = &names!(ExchangeType);
+pub const STRATEGIES: &[&str] = &names!(Strategy);
+pub const QUEUE_TYPES: &[&str] = &names!(QueueType);
 pub const BACKOFF_SHAPES: &[&str] = &["exponential", "linear"];
 
 /// The keys at the top of a file.

@@ -130,18 +130,12 @@ fn topology(
         _ => one_of(
             &f.exchange_type,
             ExchangeType::Direct,
-            &[("direct", ExchangeType::Direct), ("topic", ExchangeType::Topic), ("fanout", ExchangeType::Fanout)],
+            &ExchangeType::ALL.map(|t| (t.as_str(), t)),
             "exchange type",
             diags,
         ),
     };
-    let strategy = one_of(
-        &f.strategy,
-        Strategy::Republish,
-        &[("republish", Strategy::Republish), ("chain", Strategy::Chain), ("native", Strategy::Native)],
-        "strategy",
-        diags,
-    );
+    let strategy = one_of(&f.strategy, Strategy::Republish, &Strategy::ALL.map(|t| (t.as_str(), t)), "strategy", diags);
     let queue_type =
         one_of(&f.queue_type, QueueType::Quorum, &QueueType::ALL.map(|t| (t.as_str(), t)), "queue type", diags);
 

@@ -89,6 +89,7 @@ pub const MAX_JITTER_BUCKETS: u32 = 20;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
+#[cfg_attr(test, derive(strum::EnumIter))]
 pub enum ExchangeType {
     Direct,
     Topic,
@@ -96,7 +97,10 @@ pub enum ExchangeType {
 }
 
 impl ExchangeType {
-    pub fn as_str(self) -> &'static str {
+    /// Every one, the spec's default first: the order a hint lists them in.
+    pub const ALL: [ExchangeType; 3] = [ExchangeType::Direct, ExchangeType::Topic, ExchangeType::Fanout];
+
+    pub const fn as_str(self) -> &'static str {
         match self {
             ExchangeType::Direct => "direct",
             ExchangeType::Topic => "topic",
@@ -117,6 +121,7 @@ impl From<ExchangeType> for crate::model::ExchangeType {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
+#[cfg_attr(test, derive(strum::EnumIter))]
 pub enum Strategy {
     Republish,
     Chain,
@@ -137,7 +142,7 @@ impl QueueType {
     /// Every one, the spec's default first: the order a hint lists them in.
     pub const ALL: [QueueType; 2] = [QueueType::Quorum, QueueType::Classic];
 
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             QueueType::Quorum => crate::model::QueueType::QUORUM,
             QueueType::Classic => crate::model::QueueType::CLASSIC,
@@ -228,7 +233,10 @@ impl Topology {
 }
 
 impl Strategy {
-    pub fn as_str(self) -> &'static str {
+    /// Every one, the spec's default first: the order a hint lists them in.
+    pub const ALL: [Strategy; 3] = [Strategy::Republish, Strategy::Chain, Strategy::Native];
+
+    pub const fn as_str(self) -> &'static str {
         match self {
             Strategy::Republish => "republish",
             Strategy::Chain => "chain",
@@ -241,11 +249,13 @@ impl Strategy {
 mod tests {
     use super::*;
 
-    /// `QueueType::ALL` is kept by hand: a type added to the enum and not to the list fails here.
+    /// The `ALL` lists are kept by hand: a variant added to an enum and not to its list fails here.
     #[test]
     fn every_declarable_queue_type_is_listed() {
         use strum::IntoEnumIterator;
         assert_eq!(QueueType::iter().collect::<Vec<_>>(), QueueType::ALL);
+        assert_eq!(ExchangeType::iter().collect::<Vec<_>>(), ExchangeType::ALL);
+        assert_eq!(Strategy::iter().collect::<Vec<_>>(), Strategy::ALL);
     }
 
     /// A declarable type is RabbitMQ's type of the same name, there and back.
