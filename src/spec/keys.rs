@@ -291,8 +291,15 @@ mod tests {
             if let Value::Choice(words) = key.value {
                 for word in words {
                     let value = format!("\"{word}\"");
-                    // native needs quorum queues and a backoff it can express; the word is what is checked.
-                    let ok = accepts(key.name, &value) || key.name == "strategy" && *word == "native";
+                    // native needs a schedule it can express: a linear backoff, on quorum queues.
+                    let ok = match (key.name, *word) {
+                        ("strategy", "native") => spec::from_str(
+                            "t.toml",
+                            "[topology.t]\nstrategy = \"native\"\nbackoff = { initial = \"1s\", max = \"3s\", shape = \"linear\" }\nmax_attempts = 5\n",
+                        )
+                        .is_ok(),
+                        _ => accepts(key.name, &value),
+                    };
                     assert!(ok, "{} = {value} is refused", key.name);
                 }
                 assert!(!accepts(key.name, "\"nonsense\""), "{} accepts a word it does not list", key.name);
