@@ -941,6 +941,20 @@ impl Run<'_> {
         let mut result = SizeResult { topologies: n, ..Default::default() };
         let mut vhosts = Vhosts { http: self.http, names: vec![] };
 
+        let expected = self.offline_steps(n, specs_arg, &mut result)?;
+        self.quorum_handles_fit(expected)?;
+        let applied = self.first_applies(n, tag, specs_arg, expected, &mut result, &mut vhosts)?;
+        self.settle(&applied, specs_arg, &mut result)?;
+        self.reads(&applied, specs_arg, expected, &mut result)?;
+        vhosts.delete(&applied)?;
+        self.ctl_imports(n, tag, specs_arg, expected, &mut result, &mut vhosts)?;
+        self.http_imports(n, tag, specs_arg, expected, &mut result, &mut vhosts)?;
+        Ok(result)
+    }
+
+    /// The offline steps, export and lint; returns the objects a vhost should hold.
+    fn offline_steps(&self, n: usize, specs_arg: &str, result: &mut SizeResult) -> Result<(usize, usize, usize)> {
+        let options = self.options;
         // Offline: export (also the expected objects) and lint.
         for _ in 0..options.repeats {
             result.export.samples.push(self.hopper_step(&["export", "--vhost", "bench", specs_arg], &[0], None)?);
@@ -954,7 +968,12 @@ impl Run<'_> {
         let expected = (len("queues"), len("exchanges"), len("bindings"));
         result.objects = expected;
         self.say(format!("{n} topologies: {expected:?} queues, exchanges, bindings"));
+        Ok(expected)
+    }
 
+    /// Refuses a size whose quorum queues would exhaust a 3.x node's file handles.
+    fn quorum_handles_fit(&self, expected: (usize, usize, usize)) -> Result<()> {
+        let options = self.options;
         // RabbitMQ 3.x counts each quorum queue's files (three, measured on 3.10) in its file
         // handle cache; past its limit the node stops accepting AMQP connections on every vhost.
         if options.queue_type == "quorum" && self.broker.name.starts_with("3.") && !options.force {
@@ -971,7 +990,20 @@ impl Run<'_> {
                 );
             }
         }
+        Ok(())
+    }
 
+    /// Measured: hopper's first apply. Returns the vhost applied last, kept for the reads.
+    fn first_applies(
+        &self,
+        n: usize,
+        tag: &str,
+        specs_arg: &str,
+        expected: (usize, usize, usize),
+        result: &mut SizeResult,
+        vhosts: &mut Vhosts,
+    ) -> Result<String> {
+        let options = self.options;
         // First apply, each into a fresh vhost; the last one stays for the reads.
         let mut applied = String::new();
         for i in 0..options.fresh {
@@ -989,18 +1021,23 @@ impl Run<'_> {
             )?);
             self.check(&applied, expected, "hopper apply")?;
         }
+        Ok(applied)
+    }
 
+    /// Not measured: lets the broker settle after the first apply before the reads.
+    fn settle(&self, applied: &str, specs_arg: &str, result: &mut SizeResult) -> Result<()> {
+        let options = self.options;
         // The broker is still settling right after the first apply (at 10,000 topologies it
         // has just declared 130,000 objects): one listing and one no-op apply, not measured,
         // so that the first measured read does not pay for it.
         self.say("settling: a listing and a no-op apply, not measured");
-        self.http.listing(&applied, Connections::KeptAlive)?;
-        self.hopper_step(&["apply", "--vhost", &applied, specs_arg], &[0], Some("No changes"))?;
+        self.http.listing(applied, Connections::KeptAlive)?;
+        self.hopper_step(&["apply", "--vhost", applied, specs_arg], &[0], Some("No changes"))?;
         // The management plugin gathers every queue's statistics every few seconds, a vhost's
         // the benchmark does not read too: on RabbitMQ 4.3 at 500 topologies, with another
         // vhost of 7,500 objects on the broker, one check put the no-op apply at 1.26x the
         // listing, and another without it at 1.07x (docs/benchmarks.md).
-        if let Some(note) = self.other_queues(&applied)? {
+        if let Some(note) = self.other_queues(applied)? {
             result.notes.push(note);
         }
         if let Some(limit) = options.settle {
@@ -1013,7 +1050,18 @@ impl Run<'_> {
                 ));
             }
         }
+        Ok(())
+    }
 
+    /// Measured: the reads (no-op apply, diff, dry run, inspect, listings, other builds).
+    fn reads(
+        &self,
+        applied: &str,
+        specs_arg: &str,
+        expected: (usize, usize, usize),
+        result: &mut SizeResult,
+    ) -> Result<()> {
+        let options = self.options;
         // The reads, interleaved so that the broker's state drifts alike for each. A rotation
         // alone keeps each read after the same other one (the listing always came after
         // inspect's heavy listing with statistics); a stride that changes each round, coprime
@@ -1055,22 +1103,22 @@ impl Run<'_> {
                 hurried += usize::from(hurried_read());
                 match which {
                     0 => result.noop.samples.push(self.hopper_step(
-                        &["apply", "--vhost", &applied, specs_arg],
+                        &["apply", "--vhost", applied, specs_arg],
                         &[0],
                         Some("No changes"),
                     )?),
                     1 => result.diff.samples.push(self.hopper_step(
-                        &["diff", "--vhost", &applied, specs_arg],
+                        &["diff", "--vhost", applied, specs_arg],
                         &[0],
                         None,
                     )?),
                     2 => result.dry_run.samples.push(self.hopper_step(
-                        &["apply", "--dry-run", "--vhost", &applied, specs_arg],
+                        &["apply", "--dry-run", "--vhost", applied, specs_arg],
                         &[0],
                         Some("Dry run"),
                     )?),
                     3 => result.inspect.samples.push(self.hopper_step(
-                        &["inspect", "--vhost", &applied],
+                        &["inspect", "--vhost", applied],
                         &[0, 1],
                         None,
                     )?),
@@ -1084,7 +1132,7 @@ impl Run<'_> {
                             if connections == Connections::KeptAlive {
                                 hurried += usize::from(hurried_read());
                             }
-                            let (took, seen) = self.http.listing(&applied, connections)?;
+                            let (took, seen) = self.http.listing(applied, connections)?;
                             step.samples.push(Sample { secs: took.as_secs_f64(), peak_mb: None, cpu: None });
                             if seen.0 != expected.0 || seen.2 < expected.2 {
                                 bail!("the listing of {applied} saw {seen:?}, expected {expected:?}");
@@ -1095,9 +1143,9 @@ impl Run<'_> {
                         let (build, noop) = ((which - 5) / 2, (which - 5) % 2 == 0);
                         let binary = &options.against[build];
                         let (step, args) = if noop {
-                            (&mut result.against[build].noop, ["apply", "--vhost", &applied, specs_arg])
+                            (&mut result.against[build].noop, ["apply", "--vhost", applied, specs_arg])
                         } else {
-                            (&mut result.against[build].diff, ["diff", "--vhost", &applied, specs_arg])
+                            (&mut result.against[build].diff, ["diff", "--vhost", applied, specs_arg])
                         };
                         step.samples.push(self.step_of(binary, &args, &[0], noop.then_some("No changes"))?);
                     }
@@ -1117,8 +1165,20 @@ impl Run<'_> {
                 "{resent} GETs on the benchmark's kept-alive connections found the connection closed by the broker and were sent again on a new one (a kept-alive listing's time includes it)"
             ));
         }
-        vhosts.delete(&applied)?;
+        Ok(())
+    }
 
+    /// Measured: `rabbitmqctl import_definitions` of the same objects.
+    fn ctl_imports(
+        &self,
+        n: usize,
+        tag: &str,
+        specs_arg: &str,
+        expected: (usize, usize, usize),
+        result: &mut SizeResult,
+        vhosts: &mut Vhosts,
+    ) -> Result<()> {
+        let options = self.options;
         // The broker's own imports of the same objects, each into a fresh vhost.
         if which("rabbitmqctl", &self.broker.chroot) {
             for i in 0..options.fresh {
@@ -1154,7 +1214,20 @@ impl Run<'_> {
         } else {
             result.notes.push("no rabbitmqctl for this broker: its import was not measured".into());
         }
+        Ok(())
+    }
 
+    /// Measured: `POST /api/definitions/{vhost}` of the same objects.
+    fn http_imports(
+        &self,
+        n: usize,
+        tag: &str,
+        specs_arg: &str,
+        expected: (usize, usize, usize),
+        result: &mut SizeResult,
+        vhosts: &mut Vhosts,
+    ) -> Result<()> {
+        let options = self.options;
         for i in 0..options.fresh {
             let vhost = format!("{tag}-{n}-http-{i}");
             self.http.create_vhost(&vhost, &self.broker.user)?;
@@ -1195,7 +1268,7 @@ impl Run<'_> {
             result.http_import.samples.push(Sample { secs: done, peak_mb: None, cpu: None });
             vhosts.delete(&vhost)?;
         }
-        Ok(result)
+        Ok(())
     }
 
     /// `--move`: `n` messages in a topology's dead-letter queue, moved to its main queue by
