@@ -151,6 +151,31 @@ async fn dead_letters_exit_as_inspect_does(broker: Broker) {
     support::wait_for_count(&c, "orders.dlq", 1, Duration::from_secs(5)).await;
 }
 
+/// A peek of more than 32 messages of a quorum queue: the broker takes them back out of order
+/// (measured on 3.10, 4.0 and 4.3, `ops::inspect::QUORUM_ORDER_KEPT`), and the report says so
+/// rather than claiming their order; none is consumed.
+async fn a_large_quorum_peek_says_it_reorders(broker: Broker) {
+    let vhost = Vhost::new(broker, "inspect-dlq-order").await;
+    let c = vhost.connect().await;
+    let ch = c.create_channel().await.unwrap();
+    support::queue(&ch, "parked", args(&[("x-queue-type", Str("quorum")), ("x-delivery-limit", Int(1_000_000))])).await;
+    let ids: Vec<String> = (0..100).map(|i| format!("m{i:03}")).collect();
+    support::publish(&c, "", "parked", &ids).await;
+    let (code, report) = vhost.json(&["inspect", "--vhost", &vhost.name, "--queue", "parked", "--dead-letters"]);
+    assert_eq!(code, Some(0), "{report:#}");
+    let summary = &report["vhosts"][0]["dead_letters"];
+    assert_eq!(summary["peeked"], 100);
+    let effect = summary["effect"].as_str().unwrap();
+    assert!(effect.contains("not in their original order"), "{effect}");
+    support::wait_for_count(&c, "parked", 100, Duration::from_secs(10)).await;
+    let order: Vec<String> =
+        support::drain(&c, "parked").await.iter().map(|m| support::message_id(&m.delivery.properties)).collect();
+    assert_ne!(order, ids, "the broker took them back in another order: the report's sentence is still needed");
+    let mut sorted = order.clone();
+    sorted.sort();
+    assert_eq!(sorted, ids, "every message is still there");
+}
+
 on_every_broker!(
     dead_letters_exit_as_inspect_does,
     dead_letters_without_a_message_id_are_counted,
@@ -158,4 +183,5 @@ on_every_broker!(
     summary_consumes_nothing_classic = summary_consumes_nothing("classic"),
     summary_consumes_nothing_quorum = summary_consumes_nothing("quorum"),
     peek_refused_where_it_could_lose,
+    a_large_quorum_peek_says_it_reorders,
 );
