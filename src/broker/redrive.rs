@@ -150,18 +150,42 @@ fn own_queue(prefix: &str, dlq: &str) -> String {
 /// `basic.get`s count as consumers, which a second run would otherwise report as someone else's.
 pub async fn lock(session: &Session, dlq: &str) -> Result<()> {
     let queue = lock_queue(dlq);
-    let lane = session.lane().await?;
     let options = QueueDeclareOptions { exclusive: true, ..Default::default() };
-    let declared = lane.channel().queue_declare(short(&queue)?, options, FieldTable::default()).await;
-    let _ = lane.channel().close(200, "locked".into()).await;
-    match declared {
-        Ok(_) => Ok(()),
-        Err(e) if soft_error(&e).is_some_and(|(code, _)| code == RESOURCE_LOCKED) => {
-            bail!("another redrive of `{dlq}` is running (it holds `{queue}`): wait for it to end; nothing was moved")
+    // A run that was just killed holds it until the broker has seen its connection go.
+    let deadline = Instant::now() + LOCK_WAIT;
+    loop {
+        let lane = session.lane().await?;
+        let declared = lane.channel().queue_declare(short(&queue)?, options, FieldTable::default()).await;
+        let _ = lane.channel().close(200, "locked".into()).await;
+        match declared {
+            Ok(_) => return Ok(()),
+            Err(e) if soft_error(&e).is_some_and(|(code, _)| code == RESOURCE_LOCKED) => {
+                if Instant::now() >= deadline {
+                    bail!(
+                        "another redrive of `{dlq}` is running (it holds `{queue}`): wait for it to end; nothing was moved"
+                    )
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => {
+                return Err(e)
+                    .with_context(|| format!("declaring `{queue}`, which keeps other redrives of `{dlq}` out"));
+            }
         }
-        Err(e) => Err(e).with_context(|| format!("declaring `{queue}`, which keeps other redrives of `{dlq}` out")),
     }
 }
+
+/// Gives the lock back, before the connection closes: the broker deletes an exclusive queue a
+/// moment after its connection has gone, and a run started just after would find it held.
+pub async fn unlock(session: &Session, dlq: &str) {
+    if let (Ok(lane), Ok(queue)) = (session.lane().await, short(&lock_queue(dlq))) {
+        let _ = lane.channel().queue_delete(queue, QueueDeleteOptions::default()).await;
+        let _ = lane.channel().close(200, "unlocked".into()).await;
+    }
+}
+
+/// How long `lock` waits for a lock held by a run that has just ended.
+const LOCK_WAIT: Duration = Duration::from_secs(3);
 
 /// AMQP's reply to a declaration of an exclusive queue that another connection holds.
 const RESOURCE_LOCKED: u16 = 405;

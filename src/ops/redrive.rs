@@ -204,7 +204,7 @@ pub fn run(endpoint: &Endpoint, request: &Request, emit: impl FnOnce(&Report) ->
                 Ok(done) => done,
                 Err(e) => (redrive::Redriven { stopped: Some(format!("{e:#}")), ..Default::default() }, None),
             };
-            open.push((session, journal));
+            open.push((session, journal, dlq.clone()));
             topologies.push(TopologyReport {
                 topology: target.topology.clone(),
                 vhost: target.vhost.clone(),
@@ -230,10 +230,11 @@ pub fn run(endpoint: &Endpoint, request: &Request, emit: impl FnOnce(&Report) ->
         }
         let report = Report { dry_run: request.dry_run, topologies };
         emit(&report)?;
-        for (session, journal) in open {
+        for (session, journal, dlq) in open {
             if let Some(journal) = journal {
                 journal.close().await?;
             }
+            redrive::unlock(&session, &dlq).await;
             session.close().await;
         }
         Ok(report)
@@ -297,6 +298,17 @@ mod tests {
             },
             redriven: 0,
         }
+    }
+
+    /// The sentence follows the queue type and, on a quorum queue, how many went back.
+    #[test]
+    fn a_redrives_effect_says_when_the_order_may_change() {
+        let effect = |give_back, given_back| RedriveEffect { give_back, dry_run: false, given_back }.to_string();
+        let kept = QUORUM_ORDER_KEPT as u64;
+        assert!(effect(GiveBack::Quorum, kept).contains("head of the queue in their order"));
+        assert!(effect(GiveBack::Quorum, kept + 1).contains("perhaps not in their order"));
+        assert!(effect(GiveBack::Classic, 10_000).contains("back at their own positions"));
+        assert!(!effect(GiveBack::Classic, 10_000).contains("x-delivery-count"));
     }
 
     #[test]
