@@ -626,7 +626,7 @@ fn describe(step: &Step) -> String {
     }
 }
 
-fn soft_error(e: &lapin::Error) -> Option<(u16, String)> {
+pub(crate) fn soft_error(e: &lapin::Error) -> Option<(u16, String)> {
     match e.kind() {
         lapin::ErrorKind::ProtocolError(amqp) if e.is_amqp_soft_error() => {
             Some((amqp.get_id(), amqp.get_message().to_string()))

@@ -3,10 +3,22 @@
 //! else a main exchange would copy it to), with a publisher confirm and `mandatory`, and
 //! acknowledged in the dead-letter queue only once the broker has confirmed the copy.
 //!
-//! Dead letters that are not selected stay where they are: they are held unacknowledged for the
-//! length of the run and given back at its end with one `basic.nack(multiple, requeue)`, which puts
-//! them back in their order (a classic queue at their own positions, a quorum queue at its head).
-//! They are never republished to the tail, which would reorder them and make copies.
+//! Dead letters are taken one by one with `basic.get`, never pushed by a consumer: a consumer's
+//! window is a count (RabbitMQ does not implement a prefetch by size), and every delivery pushed
+//! is in hopper's memory, so a queue whose later dead letters are larger than its first (or a
+//! filtered run, whose window must hold every dead letter that stays) would hold far more than
+//! `--max-bytes-in-flight`. Taken, a dead letter's body is held only while its copy is published.
+//!
+//! Dead letters that are not selected stay where they are: they are held unacknowledged (their
+//! delivery tags only) for the length of the run and given back at its end with one
+//! `basic.nack(requeue)` each, in the order they were taken: a classic queue puts them back at
+//! their own positions, a quorum queue at its head, in their order up to 32 of them and perhaps
+//! not past that (see `give_back`). They are never republished to the tail, which would reorder
+//! them all and make copies.
+//!
+//! One run at a time per dead-letter queue: a run holds an exclusive queue of its own
+//! (`hopper.redrive-lock.<dead-letter queue>`, `lock`) that the broker deletes with its
+//! connection, so a second run is refused at once, and a killed one leaves no lock behind.
 //!
 //! Killed at any instant, a dead letter is either still in the dead-letter queue, or moved, or
 //! (its copy published, the original not yet acknowledged) in both. At most one batch is in
@@ -19,20 +31,19 @@
 //! RabbitMQ 4.x delivers many dead letters already marked redelivered (those dead-lettered from
 //! a quorum queue on 4.0, every one on 4.3).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use futures_lite::StreamExt;
 use lapin::message::Delivery;
 use lapin::options::{
-    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicGetOptions, BasicNackOptions, BasicPublishOptions,
-    BasicQosOptions, ConfirmSelectOptions, QueueDeclareOptions, QueueDeleteOptions,
+    BasicAckOptions, BasicGetOptions, BasicNackOptions, BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions,
+    QueueDeleteOptions,
 };
 use lapin::types::{AMQPValue, FieldArray, FieldTable, ShortString};
-use lapin::{BasicProperties, Channel, Confirmation, Consumer};
+use lapin::{BasicProperties, Channel, Confirmation};
 
-use super::amqp::{Peeked, Session, peeked, short};
+use super::amqp::{Peeked, Session, peeked, short, soft_error};
 use super::budget::Budget;
 use super::mover::{BATCH, DELIVERY_HEADERS};
 use super::properties::Expiration;
@@ -46,9 +57,6 @@ pub const REDRIVEN_HEADER: &str = "hopper-redriven";
 /// `x-first-death-*`) with the new death alone at the copy's next dead-lettering; 3.10 adds to
 /// it. This header keeps the history on every release.
 pub const DEATHS_HEADER: &str = "hopper-deaths";
-
-/// How long a consumer with nothing to receive waits before asking the broker for the count.
-const IDLE: Duration = Duration::from_millis(150);
 
 /// One dead letter as a filter sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,29 +89,8 @@ pub struct Limits {
 pub enum Mode {
     Move,
     /// A dry run: counts them and gives every dead letter back, as it gives back those that stay
-    /// in a real run. It reads with a consumer, not `basic.get`: measured, a quorum queue gives
-    /// back more than 32 messages taken with `basic.get` out of order, on every release.
+    /// in a real run.
     Look,
-}
-
-/// The consumer's prefetch. Dead letters that stay are held unacknowledged until the end of the
-/// run, and each keeps its place in the window: a filtered run's window holds every dead letter
-/// it will look at (up to AMQP's largest prefetch, then no limit). One consumer for the whole run:
-/// measured, re-subscribing to widen the window (cancel, consume again) had a 4.3 quorum queue
-/// take back the two consumers' messages out of order, and failed 3.10's connection. An
-/// unfiltered run holds nothing between batches: its window is sized by bytes, as many of its
-/// first dead letter (`first`, read with `basic.get` before the consumer subscribes) as fit half
-/// the bound, at most two batches; one message when the queue gave none (`budget`).
-fn window(limits: &Limits, first: Option<u64>) -> u16 {
-    if sized_by_bytes(limits) {
-        return limits.budget.window(first, 2 * BATCH);
-    }
-    u16::try_from(limits.scan.saturating_add(u64::from(BATCH))).unwrap_or(0)
-}
-
-/// Whether the run's window follows the bodies' sizes: when it holds no dead letter that stays.
-fn sized_by_bytes(limits: &Limits) -> bool {
-    !limits.filtered && limits.mode == Mode::Move
 }
 
 /// What one redrive did.
@@ -133,9 +120,20 @@ pub fn dead_letter(d: &Delivery) -> DeadLetter {
     }
 }
 
-/// The journal of a dead-letter queue's redrives; a hash for a name too long to prefix.
+/// The journal of a dead-letter queue's redrives.
 pub fn journal_queue(dlq: &str) -> String {
-    let name = format!("hopper.redrive.{dlq}");
+    own_queue("hopper.redrive.", dlq)
+}
+
+/// The queue whose holder is the one run redriving a dead-letter queue (see the module's comment).
+pub fn lock_queue(dlq: &str) -> String {
+    own_queue("hopper.redrive-lock.", dlq)
+}
+
+/// `prefix` and the dead-letter queue's name; a hash of the name where both are too long for a
+/// queue name.
+fn own_queue(prefix: &str, dlq: &str) -> String {
+    let name = format!("{prefix}{dlq}");
     if name.len() <= 255 {
         return name;
     }
@@ -144,16 +142,60 @@ pub fn journal_queue(dlq: &str) -> String {
         hash ^= u64::from(b);
         hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
     }
-    format!("hopper.redrive.{hash:016x}")
+    format!("{prefix}{hash:016x}")
 }
 
-/// Moves the dead letters of `from` that `selected` picks to queue `to`, within `limits`. The
-/// consumer is exclusive: nobody else takes a message from `from` meanwhile. An error before the
-/// consumer has subscribed is returned as such (nothing was moved; an unfiltered run's first dead
-/// letter, read to size its window, goes back with the channel); after it, the run stops, gives
-/// back everything it holds and says why in `stopped`. The journal it returns holds what
-/// interrupted runs left (reported in `possible_duplicates`) until it is closed: close it once
-/// the report has been given.
+/// Takes the lock of `dlq`'s redrives for as long as `session`'s connection lives; refused while
+/// another run holds it. Taken before anything is checked or read: on a quorum queue, a run's
+/// `basic.get`s count as consumers, which a second run would otherwise report as someone else's.
+pub async fn lock(session: &Session, dlq: &str) -> Result<()> {
+    let queue = lock_queue(dlq);
+    let options = QueueDeclareOptions { exclusive: true, ..Default::default() };
+    // A run that was just killed holds it until the broker has seen its connection go.
+    let deadline = Instant::now() + LOCK_WAIT;
+    loop {
+        let lane = session.lane().await?;
+        let declared = lane.channel().queue_declare(short(&queue)?, options, FieldTable::default()).await;
+        let _ = lane.channel().close(200, "locked".into()).await;
+        match declared {
+            Ok(_) => return Ok(()),
+            Err(e) if soft_error(&e).is_some_and(|(code, _)| code == RESOURCE_LOCKED) => {
+                if Instant::now() >= deadline {
+                    bail!(
+                        "another redrive of `{dlq}` is running (it holds `{queue}`): wait for it to end; nothing was moved"
+                    )
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => {
+                return Err(e)
+                    .with_context(|| format!("declaring `{queue}`, which keeps other redrives of `{dlq}` out"));
+            }
+        }
+    }
+}
+
+/// Gives the lock back, before the connection closes: the broker deletes an exclusive queue a
+/// moment after its connection has gone, and a run started just after would find it held.
+pub async fn unlock(session: &Session, dlq: &str) {
+    if let (Ok(lane), Ok(queue)) = (session.lane().await, short(&lock_queue(dlq))) {
+        let _ = lane.channel().queue_delete(queue, QueueDeleteOptions::default()).await;
+        let _ = lane.channel().close(200, "unlocked".into()).await;
+    }
+}
+
+/// How long `lock` waits for a lock held by a run that has just ended.
+const LOCK_WAIT: Duration = Duration::from_secs(3);
+
+/// AMQP's reply to a declaration of an exclusive queue that another connection holds.
+const RESOURCE_LOCKED: u16 = 405;
+
+/// Moves the dead letters of `from` that `selected` picks to queue `to`, within `limits`, as the
+/// one run on `from`: the caller holds its `lock`. An error before the first dead letter is taken
+/// is returned as such (nothing was moved); after it, the run stops, gives back everything it
+/// holds and says why in `stopped`. The journal it returns holds what interrupted runs left
+/// (reported in `possible_duplicates`) until it is closed: close it once the report has been
+/// given.
 pub async fn redrive(
     session: &Session,
     from: &str,
@@ -163,7 +205,6 @@ pub async fn redrive(
     selected: &dyn Fn(&DeadLetter) -> bool,
 ) -> Result<(Redriven, Option<Journal>)> {
     let lane = session.lane().await?;
-    let mut counter = session.lane().await?;
     let journal_lane = session.lane().await?;
     let channel = lane.channel();
     channel.confirm_select(ConfirmSelectOptions::default()).await?;
@@ -172,62 +213,83 @@ pub async fn redrive(
         Mode::Move => Some(Journal::open(journal_lane.channel().clone(), &journal_queue(from)).await?),
         Mode::Look => None,
     };
-    // The first dead letter sizes an unfiltered run's window; it is the first one looked at.
-    let mut pending = VecDeque::new();
-    if sized_by_bytes(&limits)
-        && counter.queue_counts(from).await?.is_some_and(|(_, consumers)| consumers == 0)
-        && let Some(first) = channel.basic_get(short(from)?, BasicGetOptions { no_ack: false }).await?
-    {
-        pending.push_back(first.delivery);
-    }
     let mut run = Run {
         channel,
         from,
         to,
         user,
         limits,
-        prefetch: window(&limits, pending.front().map(|d| d.data.len() as u64)),
-        consumer: None,
-        pending,
+        carried: None,
         held: Vec::new(),
         started: Instant::now(),
         published: 0,
         journal,
         out: Redriven::default(),
     };
-    // The exclusive consumer first: while it lives no other run reads this queue or its journal.
-    run.subscribe().await?;
     if let Some(journal) = run.journal.as_mut() {
         journal.read_earlier().await?;
     }
-    if let Err(e) = run.go(&mut counter, selected).await {
+    if let Err(e) = run.go(selected).await {
         run.out.stopped = Some(format!("{e:#}"));
     }
-    // Whatever arrived past the start count was not looked at: it goes back with the rest.
-    if let Err(e) = run.unsubscribe().await {
-        run.out.stopped.get_or_insert(format!("{e:#}"));
-    }
-    run.held.extend(run.pending.drain(..).map(|d| d.delivery_tag));
-    give_back(channel, &mut run.held).await;
+    run.held.extend(run.carried.take().map(|d| d.delivery_tag));
+    settle_acks(channel, from, &mut run.held).await;
+    give_back(channel, from, &mut run.held).await;
     let Run { journal, mut out, .. } = run;
     if let Some(journal) = &journal {
         out.possible_duplicates = journal.earlier.clone();
     }
     let _ = channel.close(200, "redriven".into()).await;
-    let _ = counter.channel().close(200, "counted".into()).await;
     Ok((out, journal))
 }
 
-/// Gives back held messages one nack each, in the order they came: 4.0 and 4.3 quorum queues put
-/// them back at their head in that order, classic queues at their own positions. (Measured: a
-/// RabbitMQ 3.10 quorum queue takes back more than 32 messages in no particular order, by
-/// single or multiple nacks alike.) If the channel is gone, the broker has given them back.
-async fn give_back(channel: &Channel, held: &mut [u64]) {
+/// Gives back held messages one nack each, in the order they were taken: a classic queue puts
+/// them back at their own positions, a quorum queue at its head. Measured: a quorum queue takes
+/// back more than 32 messages read with `basic.get` in an order of its own when the nacks come
+/// back to back (single or multiple alike), on 3.10, 4.0 and 4.3; waiting after each nack for the
+/// answer to a passive declaration of the queue kept 1,500 in order in most runs, not all. The
+/// report says so past 32 (`ops::redrive::RedriveEffect`). Then it waits (a few seconds at most)
+/// until the queue counts them ready again: a quorum queue applies nacks after the channel has
+/// moved on, and one not applied when the channel closes is given back by the close instead,
+/// counted as a failed delivery on 4.3 too and out of turn. If the channel is gone, the broker
+/// has given them back.
+async fn give_back(channel: &Channel, queue: &str, held: &mut [u64]) {
     held.sort_unstable();
+    let Ok(name) = short(queue) else { return };
+    let passive = QueueDeclareOptions { passive: true, ..Default::default() };
+    let ready = async || {
+        channel
+            .queue_declare(name.clone(), passive, FieldTable::default())
+            .await
+            .ok()
+            .map(|q| u64::from(q.message_count()))
+    };
+    let Some(before) = ready().await else { return };
     for &tag in held.iter() {
-        if channel.basic_nack(tag, BasicNackOptions { multiple: false, requeue: true }).await.is_err() {
+        if channel.basic_nack(tag, BasicNackOptions { multiple: false, requeue: true }).await.is_err()
+            || ready().await.is_none()
+        {
             return;
         }
+    }
+    let expected = before + held.len() as u64;
+    let deadline = Instant::now() + GIVEN_BACK_WAIT;
+    while ready().await.is_some_and(|n| n < expected) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// How long `give_back` waits for a queue to count what it gave back.
+const GIVEN_BACK_WAIT: Duration = Duration::from_secs(5);
+
+/// One more `basic.get` after the run's last acknowledgement: a queue answers it only once it has
+/// applied it, and every acknowledgement before it, so the channel may close without a quorum
+/// queue taking back dead letters already moved (measured; see `mover::Mover`). A dead letter it
+/// takes is the queue's next and goes back last, with those held.
+async fn settle_acks(channel: &Channel, queue: &str, held: &mut Vec<u64>) {
+    let Ok(name) = short(queue) else { return };
+    if let Ok(Some(m)) = channel.basic_get(name, BasicGetOptions { no_ack: false }).await {
+        held.push(m.delivery.delivery_tag);
     }
 }
 
@@ -307,12 +369,10 @@ struct Run<'a> {
     to: &'a str,
     user: &'a str,
     limits: Limits,
-    prefetch: u16,
-    consumer: Option<Consumer>,
-    /// Received by a cancelled consumer and not looked at yet.
-    pending: VecDeque<Delivery>,
-    /// Delivery tags of messages held unacknowledged until the end: not selected, past the start
-    /// count, or whose copy failed.
+    /// Taken, and too large for the batch before it: the first of the next batch.
+    carried: Option<Delivery>,
+    /// Delivery tags of messages held unacknowledged until the end: not selected, looked at by a
+    /// dry run, or whose copy failed.
     held: Vec<u64>,
     started: Instant,
     published: u64,
@@ -321,98 +381,71 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
-    async fn subscribe(&mut self) -> Result<()> {
-        self.channel.basic_qos(self.prefetch, BasicQosOptions::default()).await?;
-        let options = BasicConsumeOptions { no_ack: false, exclusive: true, ..Default::default() };
-        let consumer = self
-            .channel
-            .basic_consume(short(self.from)?, "hopper-redrive".into(), options, FieldTable::default())
-            .await
-            .with_context(|| format!("consuming from `{}` to redrive it (does it have consumers?)", self.from))?;
-        self.consumer = Some(consumer);
-        Ok(())
-    }
-
-    /// Cancels the consumer; deliveries the broker sent before it saw the cancel are kept.
-    async fn unsubscribe(&mut self) -> Result<()> {
-        let Some(mut consumer) = self.consumer.take() else { return Ok(()) };
-        self.channel.basic_cancel(consumer.tag(), BasicCancelOptions::default()).await?;
-        while let Ok(Some(delivery)) = tokio::time::timeout(IDLE, consumer.next()).await {
-            self.pending.push_back(delivery?);
-        }
-        Ok(())
-    }
-
+    /// The next dead letter: the one carried over, or the queue's next. `None` when the queue
+    /// has none left (purged, expired, or taken by someone else since the start).
     async fn next(&mut self) -> Result<Option<Delivery>> {
-        if let Some(d) = self.pending.pop_front() {
+        if let Some(d) = self.carried.take() {
             return Ok(Some(d));
         }
-        // Cancelled, with everything it was sent looked at: nothing more comes.
-        let Some(consumer) = self.consumer.as_mut() else { return Ok(None) };
-        match tokio::time::timeout(IDLE, consumer.next()).await {
-            Ok(Some(delivery)) => Ok(Some(delivery?)),
-            Ok(None) => bail!("the broker cancelled the redrive of `{}` (was the queue deleted?)", self.from),
-            Err(_) => Ok(None),
-        }
+        let got = self
+            .channel
+            .basic_get(short(self.from)?, BasicGetOptions { no_ack: false })
+            .await
+            .with_context(|| format!("taking a dead letter from `{}` (was the queue deleted?)", self.from))?;
+        Ok(got.map(|g| g.delivery))
     }
 
-    fn full(&self, taken: u64) -> bool {
-        self.out.scanned >= self.limits.scan || self.limits.max.is_some_and(|max| self.out.moved + taken >= max)
+    /// Every dead letter the queue had at the start looked at. A run that reaches `--max` goes on
+    /// looking, and leaves the rest: it may close its channel only after a `basic.get` that
+    /// comes after its last acknowledgement (`settle_acks`), and one that took a dead letter
+    /// never looked at would give it back behind the others on a quorum queue (measured).
+    fn full(&self) -> bool {
+        self.out.scanned >= self.limits.scan
     }
 
-    async fn go(&mut self, counter: &mut Session, selected: &dyn Fn(&DeadLetter) -> bool) -> Result<()> {
+    /// As many chosen as `--max` allows, `taken` of them in the batch not moved yet.
+    fn max_reached(&self, taken: u64) -> bool {
+        self.limits.max.is_some_and(|max| self.out.moved + taken >= max)
+    }
+
+    async fn go(&mut self, selected: &dyn Fn(&DeadLetter) -> bool) -> Result<()> {
         // With a rate, a batch is at most a second's worth: acks follow copies closely.
         let batch_size = self.limits.rate.map_or(usize::from(BATCH), |r| (r as usize).clamp(1, usize::from(BATCH)));
-        while !self.full(0) {
+        while !self.full() {
             let mut batch = Vec::new();
             let mut bytes = 0;
-            let mut idle = false;
-            while batch.len() < batch_size && !self.full(batch.len() as u64) {
-                // A full window: nothing more comes until the batch is acknowledged.
-                let unacked = batch.len() + self.held.len();
-                if self.pending.is_empty() && self.prefetch > 0 && unacked >= usize::from(self.prefetch) {
-                    break;
-                }
+            let mut empty = false;
+            while batch.len() < batch_size && !self.full() {
                 let Some(d) = self.next().await? else {
-                    idle = true;
+                    empty = true;
                     break;
                 };
                 let size = d.data.len() as u64;
                 let letter = dead_letter(&d);
+                let chosen = selected(&letter) && !self.max_reached(batch.len() as u64);
                 // One that does not fit the batch's bytes starts the next batch.
-                let moves = self.limits.mode == Mode::Move && selected(&letter);
+                let moves = self.limits.mode == Mode::Move && chosen;
                 if moves && !self.limits.budget.fits(bytes, batch.len(), size) {
-                    self.pending.push_front(d);
+                    self.carried = Some(d);
                     break;
                 }
                 self.out.scanned += 1;
                 if moves {
                     bytes += size;
-                }
-                if selected(&letter) && self.limits.mode == Mode::Look {
-                    // Counted as a move would count it, and given back.
+                    batch.push((d, letter));
+                } else if chosen {
+                    // A dry run: counted as a move would count it, and given back.
                     self.out.moved += 1;
                     self.out.moved_deaths.push(letter.death);
                     self.held.push(d.delivery_tag);
-                } else if selected(&letter) {
-                    batch.push((d, letter));
                 } else {
                     self.held.push(d.delivery_tag);
                     self.out.kept += 1;
                 }
             }
             self.forward(batch).await?;
-            if idle && self.consumer.is_none() && self.pending.is_empty() {
+            if empty {
                 break;
-            }
-            // Nothing arrives and nothing is ready: either everything is on its way to us, or the
-            // queue holds fewer than it did at the start (purged, expired). Cancel: every message
-            // the broker sent arrives before the cancel's answer, and is looked at next.
-            if idle
-                && self.consumer.is_some()
-                && counter.queue_counts(self.from).await?.is_none_or(|(ready, _)| ready == 0)
-            {
-                self.unsubscribe().await?;
             }
         }
         Ok(())

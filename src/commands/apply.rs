@@ -57,9 +57,8 @@ pub struct Args {
     #[arg(long)]
     pub migrate: bool,
     /// About what a migration (and a left-over queue's move) holds of message bodies at once:
-    /// `64MiB`, `512KiB`, `1GB`. A message larger than half of it moves alone. Batches are cut
-    /// by it; the consumer's window is sized from the first message, so later ones much larger
-    /// than it can hold more (docs/migrate.md).
+    /// `64MiB`, `512KiB`, `1GB`. A message larger than half of it moves alone; messages are
+    /// taken one by one, so it holds whatever their sizes (docs/migrate.md).
     #[arg(long, value_name = "SIZE", value_parser = crate::broker::budget::parse, default_value_t = Budget::default())]
     pub max_bytes_in_flight: Budget,
     /// Read the broker over AMQP alone, without the management API (a user without the

@@ -51,9 +51,8 @@ pub struct Args {
     #[arg(long, value_parser = rate, value_name = "N/s")]
     pub rate: Option<u32>,
     /// Hold about this many bytes of dead letters' bodies at once: `64MiB`, `512KiB`, `1GB`. A
-    /// dead letter larger than half of it moves alone. Batches are cut by it; the consumer's
-    /// window is sized from the first dead letter, so later ones much larger than it, and a run
-    /// with a filter or --dry-run, can hold more (docs/redrive.md).
+    /// dead letter larger than half of it moves alone; dead letters are taken one by one, so it
+    /// holds whatever their sizes, filter or --dry-run (docs/redrive.md).
     #[arg(long, value_name = "SIZE", value_parser = crate::broker::budget::parse, default_value_t = Budget::default())]
     pub max_bytes_in_flight: Budget,
     /// Print what would move, grouped by first death; move nothing (the dead letters are

@@ -103,6 +103,12 @@ impl GiveBack {
     }
 }
 
+/// The most messages read with `basic.get` that a quorum queue takes back together in their
+/// order. Measured on 3.10.8, 4.0.5 and 4.3.6 with 100: given back by single or multiple nacks,
+/// the first 32 or 33 kept their order and the rest came back in none; given back by a closed
+/// channel (as a peek does), all of them in another order.
+pub const QUORUM_ORDER_KEPT: usize = 32;
+
 /// The queue and reason of a dead letter's first death, and its time (seconds since the epoch):
 /// `x-first-death-*` where the broker set them, else the oldest `x-death` entry. Both `None` for
 /// a message that never died (one published straight to a dead-letter queue).

@@ -7,7 +7,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use anyhow::{Result, bail};
 use serde::Serialize;
 
-pub use super::dead_letters::{GiveBack, Group, NONE, ReachableLimit, Reader, first_death, peek_refusal, summarize};
+pub use super::dead_letters::{
+    GiveBack, Group, NONE, QUORUM_ORDER_KEPT, ReachableLimit, Reader, first_death, peek_refusal, summarize,
+};
 use crate::broker::amqp::Session;
 use crate::broker::{Endpoint, http, identity};
 use crate::hazard::{self, Finding};
@@ -171,12 +173,6 @@ pub struct PeekEffect {
     pub give_back: GiveBack,
     pub peeked: usize,
 }
-
-/// The most messages read with `basic.get` that a quorum queue takes back together in their
-/// order. Measured on 3.10.8, 4.0.5 and 4.3.6 with 100: given back by single or multiple nacks,
-/// the first 32 or 33 kept their order and the rest came back in none; given back by a closed
-/// channel (as a peek does), all of them in another order.
-pub const QUORUM_ORDER_KEPT: usize = 32;
 
 impl std::fmt::Display for PeekEffect {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

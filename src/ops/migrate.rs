@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::broker::amqp::{Outcome, Session};
 use crate::broker::budget::Budget;
-use crate::broker::mover::{self, Moved, Until};
+use crate::broker::mover::{BATCH, Moved, Mover, Until};
 use crate::broker::{Endpoint, http};
 use crate::live::Live;
 use crate::model::QueueType;
@@ -86,7 +86,10 @@ pub async fn migrate(
 
 /// Moves a left-over queue's messages into `to`; the queue stays, empty, for `--prune`.
 pub async fn move_out(session: &mut Session, from: &QueueName, to: &QueueName, budget: Budget) -> Result<Migrated> {
-    let moved = mover::move_messages(session, from, to, Until::Empty, budget).await?;
+    let mover = Mover::open(session).await?;
+    let moved = mover.move_messages(from, to, Until::Empty, budget).await;
+    mover.close().await;
+    let moved = moved?;
     Ok(Migrated {
         queue: from.clone(),
         holding: to.clone(),
@@ -123,6 +126,27 @@ async fn empty_into(
         .chain(feeding_bindings(live, to))
         .map(|b| (b.source.clone(), b.routing_key.clone(), b.arguments.clone()))
         .collect();
+    let mover = Mover::open(session).await?;
+    let moved = switch_and_move(session, &mover, live, from, to, &bindings, budget).await;
+    mover.close().await;
+    let moved = moved?;
+    let quorum = queue.arguments.as_ref().is_some_and(|a| QueueType::of(a) == QueueType::Quorum);
+    // Refused when a message arrived since: the next stage reads the broker again and moves it.
+    let _ = session.delete_if_empty(from, !quorum).await?;
+    Ok(moved)
+}
+
+/// `empty_into`'s moves, on one mover: its messages while `from` is still bound, the bindings
+/// switched, then the few that arrived meanwhile (the `Until::Empty` move a mover ends with).
+async fn switch_and_move(
+    session: &mut Session,
+    mover: &Mover,
+    live: &Live,
+    from: &QueueName,
+    to: &QueueName,
+    bindings: &BTreeSet<(ExchangeName, RoutingKey, Arguments)>,
+    budget: Budget,
+) -> Result<Moved> {
     let to_binding = |queue: &QueueName, (source, key, args): &(ExchangeName, RoutingKey, Arguments)| Binding {
         source: source.clone(),
         destination: Destination::Queue(queue.clone()),
@@ -132,19 +156,15 @@ async fn empty_into(
     let mut moved = Moved::default();
     let switched = feeding_bindings(live, from).next().is_none();
     if !switched {
-        moved +=
-            mover::move_messages(session, from, to, Until::CaughtUp { ready: u64::from(mover::BATCH) }, budget).await?;
+        moved += mover.move_messages(from, to, Until::CaughtUp { ready: u64::from(BATCH) }, budget).await?;
     }
-    for b in &bindings {
+    for b in bindings {
         bound(session.bind(&to_binding(to, b)).await?, to)?;
     }
-    for b in &bindings {
+    for b in bindings {
         bound(session.unbind(&to_binding(from, b)).await?, from)?;
     }
-    moved += mover::move_messages(session, from, to, Until::Empty, budget).await?;
-    let quorum = queue.arguments.as_ref().is_some_and(|a| QueueType::of(a) == QueueType::Quorum);
-    // Refused when a message arrived since: the next stage reads the broker again and moves it.
-    let _ = session.delete_if_empty(from, !quorum).await?;
+    moved += mover.move_messages(from, to, Until::Empty, budget).await?;
     Ok(moved)
 }
 

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::{Result, bail};
 use serde::Serialize;
 
-use super::dead_letters::{GiveBack, Group, Reader, first_death, peek_refusal, summarize};
+use super::dead_letters::{GiveBack, Group, QUORUM_ORDER_KEPT, Reader, first_death, peek_refusal, summarize};
 use crate::broker::amqp::Session;
 use crate::broker::budget::Budget;
 use crate::broker::redrive::{self, DeadLetter, Limits, Mode};
@@ -169,12 +169,13 @@ pub fn run(endpoint: &Endpoint, request: &Request, emit: impl FnOnce(&Report) ->
                 bail!("{}", reachable.refusal(Reader::Redrive));
             }
             let mut session = Session::connect(endpoint, &target.vhost, &cluster).await?;
+            redrive::lock(&session, dlq).await?;
             let Some((ready, consumers)) = session.queue_counts(dlq).await? else {
                 bail!("`{dlq}` disappeared in vhost `{}`; nothing was moved", target.vhost);
             };
             if consumers > 0 {
                 bail!(
-                    "`{dlq}` has {consumers} consumer(s): a redrive reads it alone (an exclusive consumer), so that no dead letter is taken twice. Stop them and run again; nothing was moved"
+                    "`{dlq}` has {consumers} consumer(s): a redrive reads it alone, so that what it counts is what it moves and what stays keeps its place. Stop them and run again; nothing was moved"
                 );
             }
             let kind = network.queues.get(dlq).map_or(QueueType::Classic, |q| QueueType::of(&q.arguments));
@@ -203,7 +204,7 @@ pub fn run(endpoint: &Endpoint, request: &Request, emit: impl FnOnce(&Report) ->
                 Ok(done) => done,
                 Err(e) => (redrive::Redriven { stopped: Some(format!("{e:#}")), ..Default::default() }, None),
             };
-            open.push((session, journal));
+            open.push((session, journal, dlq.clone()));
             topologies.push(TopologyReport {
                 topology: target.topology.clone(),
                 vhost: target.vhost.clone(),
@@ -219,16 +220,21 @@ pub fn run(endpoint: &Endpoint, request: &Request, emit: impl FnOnce(&Report) ->
                 stayed: done.kept,
                 given_back: done.scanned.saturating_sub(done.moved + done.kept),
                 groups: summarize(&done.moved_deaths),
-                effect: RedriveEffect { give_back: GiveBack::of(quorum), dry_run: request.dry_run },
+                effect: RedriveEffect {
+                    give_back: GiveBack::of(quorum),
+                    dry_run: request.dry_run,
+                    given_back: done.scanned.saturating_sub(if request.dry_run { 0 } else { done.moved }),
+                },
                 stopped: done.stopped,
             });
         }
         let report = Report { dry_run: request.dry_run, topologies };
         emit(&report)?;
-        for (session, journal) in open {
+        for (session, journal, dlq) in open {
             if let Some(journal) = journal {
                 journal.close().await?;
             }
+            redrive::unlock(&session, &dlq).await;
             session.close().await;
         }
         Ok(report)
@@ -236,29 +242,35 @@ pub fn run(endpoint: &Endpoint, request: &Request, emit: impl FnOnce(&Report) ->
 }
 
 /// What a run did to the dead letters it gave back: on a dry run every one, else those that
-/// stayed.
+/// stayed (and those chosen but not moved when it stopped early).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RedriveEffect {
     pub give_back: GiveBack,
     pub dry_run: bool,
+    /// How many it gave back: a quorum queue keeps the order of at most 32 (`QUORUM_ORDER_KEPT`).
+    pub given_back: u64,
 }
 
 impl std::fmt::Display for RedriveEffect {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let which = if self.dry_run { "every dead letter was" } else { "dead letters that stayed were" };
+        let many = self.given_back > QUORUM_ORDER_KEPT as u64;
         let (place, count) = match self.give_back {
-            GiveBack::Quorum => (
-                "back at the head of the queue in their order",
-                "; on RabbitMQ 3.x to 4.2 each counts one more delivery (x-delivery-count), on 4.3 none (a nack is not a failed delivery)",
+            GiveBack::Quorum if many => (
+                "back at the head of the queue, perhaps not in their order (a quorum queue takes back more than 32 messages read with basic.get in an order of its own)",
+                QUORUM_COUNT,
             ),
+            GiveBack::Quorum => ("back at the head of the queue in their order", QUORUM_COUNT),
             GiveBack::Classic => ("back at their own positions", ""),
         };
         write!(
             f,
-            "{which} held unacknowledged by the run's consumer and given back with basic.nack, one by one: {place}, marked redelivered{count}"
+            "{which} taken with basic.get, held unacknowledged and given back with basic.nack, one by one: {place}, marked redelivered{count}"
         )
     }
 }
+
+const QUORUM_COUNT: &str = "; on RabbitMQ 3.x to 4.2 each counts one more delivery (x-delivery-count), on 4.3 none (a nack is not a failed delivery)";
 
 /// As the sentence: the JSON report's `effect` is the line a person reads.
 impl Serialize for RedriveEffect {
@@ -286,6 +298,17 @@ mod tests {
             },
             redriven: 0,
         }
+    }
+
+    /// The sentence follows the queue type and, on a quorum queue, how many went back.
+    #[test]
+    fn a_redrives_effect_says_when_the_order_may_change() {
+        let effect = |give_back, given_back| RedriveEffect { give_back, dry_run: false, given_back }.to_string();
+        let kept = QUORUM_ORDER_KEPT as u64;
+        assert!(effect(GiveBack::Quorum, kept).contains("head of the queue in their order"));
+        assert!(effect(GiveBack::Quorum, kept + 1).contains("perhaps not in their order"));
+        assert!(effect(GiveBack::Classic, 10_000).contains("back at their own positions"));
+        assert!(!effect(GiveBack::Classic, 10_000).contains("x-delivery-count"));
     }
 
     #[test]
