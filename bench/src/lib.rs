@@ -1295,87 +1295,112 @@ impl Run<'_> {
         let vhost = format!("{tag}-move");
         self.http.create_vhost(&vhost, &self.broker.user)?;
         vhosts.names.push(vhost.clone());
-        let spec = self.dir.join("move.toml");
+        let spec = self.move_spec();
         let spec_arg = spec.to_str().unwrap();
-        let write_spec = |queue_type: &str| {
-            fs::write(
-                &spec,
-                format!(
-                    "vhost = \"{vhost}\"\n[topology.orders]\nqueue_type = \"{queue_type}\"\ndelays = [\"1h\"]\nmax_attempts = 2\nidempotency_key = \"message_id\"\n"
-                ),
-            )
-        };
-        write_spec(&options.queue_type)?;
+        self.write_move_spec(&vhost, &options.queue_type)?;
         self.hopper_step(&["apply", spec_arg], &[0], Some("Applied:"))?;
         let amqp = Amqp::connect(&format!("{}/{vhost}", self.broker.amqp))?;
         self.say(format!("filling orders.dlq with {n} messages of {} bytes", options.move_bytes));
         amqp.fill("orders.dlq", n, options.move_bytes)?;
 
-        let shovel = matches!(self.http.call("GET", "/shovels", None), Ok((200, _)));
-        if !shovel {
-            result.no_shovel = Some(if self.broker.chroot.is_none() {
-                "the plugin is not enabled on the system broker, whose configuration hopper's scripts never change"
-                    .into()
-            } else {
-                "no rabbitmq_shovel_management on this broker: .ci/brokers.sh enables it".into()
-            });
-        }
+        result.no_shovel = self.no_shovel();
         for i in 0..options.repeats {
-            self.say(format!("hopper redrive: {n} messages orders.dlq -> orders"));
-            let sample = self.hopper_step(&["--format", "json", "redrive", spec_arg], &[0], None)?;
-            let log = fs::read_to_string(self.dir.join("hopper.log"))?;
-            let report = log
-                .find('{')
-                .and_then(|start| serde_json::Deserializer::from_str(&log[start..]).into_iter::<Value>().next())
-                .ok_or_else(|| anyhow!("hopper redrive printed no JSON:\n{log}"))??;
-            let moved = report["topologies"][0]["moved"].as_u64();
-            if moved != Some(n as u64) {
-                bail!("hopper redrive moved {moved:?} dead letters, not {n}");
-            }
-            amqp.until_holds("orders", n, Duration::from_secs(60))?;
-            result.redrive.samples.push(sample);
-            self.say(format!("  {:.3} s", sample.secs));
-
-            if shovel {
-                // Exactly what the management UI's "Move messages" form on a queue's page submits.
-                let name = format!("move-{i}");
-                let body = serde_json::json!({
-                    "component": "shovel", "vhost": vhost, "name": name,
-                    "value": {
-                        "src-uri": format!("amqp:///{vhost}"), "src-queue": "orders", "src-protocol": "amqp091",
-                        "src-prefetch-count": 1000, "src-delete-after": "queue-length",
-                        "dest-protocol": "amqp091", "dest-uri": format!("amqp:///{vhost}"),
-                        "dest-add-forward-headers": false, "ack-mode": "on-confirm", "dest-queue": "orders.dlq",
-                    },
-                });
-                self.say(format!("shovel (Move messages): {n} messages orders -> orders.dlq"));
-                let parameter = format!("/parameters/shovel/{vhost}/{name}");
-                let start = Instant::now();
-                self.http.ok("PUT", &parameter, Some(&body.to_string()))?;
-                let done = amqp.until_holds("orders.dlq", n, Duration::from_secs(1800))?;
-                let secs = (done - start).as_secs_f64();
-                result.shovel.samples.push(Sample { secs, peak_mb: None, cpu: None });
-                self.say(format!("  {secs:.3} s"));
-                // It deletes itself once it has moved the length the queue had (not timed).
-                for _ in 0..600 {
-                    if let Ok((404, _)) = self.http.call("GET", &parameter, None) {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(100));
-                }
+            result.redrive.samples.push(self.redrive(n, spec_arg, &amqp)?);
+            if result.no_shovel.is_none() {
+                result.shovel.samples.push(self.shovel_back(i, n, &vhost, &amqp)?);
             } else {
                 self.http.ok("DELETE", &format!("/queues/{vhost}/orders/contents"), None)?;
                 amqp.fill("orders.dlq", n, options.move_bytes)?;
             }
         }
 
-        // The mover of apply --migrate: the main queue's messages out to a holding queue and
-        // back, its queue type switched each time (each run moves 2n messages and declares
-        // queues).
+        self.before_migrates(n, &vhost, &amqp)?;
+        self.migrates(n, spec_arg, &vhost, &amqp, &mut result)?;
+        amqp.close();
+        vhosts.delete(&vhost)?;
+        Ok(result)
+    }
+
+    fn move_spec(&self) -> PathBuf {
+        self.dir.join("move.toml")
+    }
+
+    fn write_move_spec(&self, vhost: &str, queue_type: &str) -> Result<()> {
+        fs::write(
+            self.move_spec(),
+            format!(
+                "vhost = \"{vhost}\"\n[topology.orders]\nqueue_type = \"{queue_type}\"\ndelays = [\"1h\"]\nmax_attempts = 2\nidempotency_key = \"message_id\"\n"
+            ),
+        )?;
+        Ok(())
+    }
+
+    /// Why the shovel cannot be timed on this broker, if it cannot.
+    fn no_shovel(&self) -> Option<String> {
+        if matches!(self.http.call("GET", "/shovels", None), Ok((200, _))) {
+            return None;
+        }
+        Some(if self.broker.chroot.is_none() {
+            "the plugin is not enabled on the system broker, whose configuration hopper's scripts never change".into()
+        } else {
+            "no rabbitmq_shovel_management on this broker: .ci/brokers.sh enables it".into()
+        })
+    }
+
+    /// Measured: `hopper redrive` of the `n` dead letters, orders.dlq to orders.
+    fn redrive(&self, n: usize, spec_arg: &str, amqp: &Amqp) -> Result<Sample> {
+        self.say(format!("hopper redrive: {n} messages orders.dlq -> orders"));
+        let sample = self.hopper_step(&["--format", "json", "redrive", spec_arg], &[0], None)?;
+        let log = fs::read_to_string(self.dir.join("hopper.log"))?;
+        let report = log
+            .find('{')
+            .and_then(|start| serde_json::Deserializer::from_str(&log[start..]).into_iter::<Value>().next())
+            .ok_or_else(|| anyhow!("hopper redrive printed no JSON:\n{log}"))??;
+        let moved = report["topologies"][0]["moved"].as_u64();
+        if moved != Some(n as u64) {
+            bail!("hopper redrive moved {moved:?} dead letters, not {n}");
+        }
+        amqp.until_holds("orders", n, Duration::from_secs(60))?;
+        self.say(format!("  {:.3} s", sample.secs));
+        Ok(sample)
+    }
+
+    /// Measured: the shovel of "Move messages", orders back to orders.dlq, until all are there.
+    fn shovel_back(&self, i: usize, n: usize, vhost: &str, amqp: &Amqp) -> Result<Sample> {
+        // Exactly what the management UI's "Move messages" form on a queue's page submits.
+        let name = format!("move-{i}");
+        let body = serde_json::json!({
+            "component": "shovel", "vhost": vhost, "name": name,
+            "value": {
+                "src-uri": format!("amqp:///{vhost}"), "src-queue": "orders", "src-protocol": "amqp091",
+                "src-prefetch-count": 1000, "src-delete-after": "queue-length",
+                "dest-protocol": "amqp091", "dest-uri": format!("amqp:///{vhost}"),
+                "dest-add-forward-headers": false, "ack-mode": "on-confirm", "dest-queue": "orders.dlq",
+            },
+        });
+        self.say(format!("shovel (Move messages): {n} messages orders -> orders.dlq"));
+        let parameter = format!("/parameters/shovel/{vhost}/{name}");
+        let start = Instant::now();
+        self.http.ok("PUT", &parameter, Some(&body.to_string()))?;
+        let done = amqp.until_holds("orders.dlq", n, Duration::from_secs(1800))?;
+        let secs = (done - start).as_secs_f64();
+        self.say(format!("  {secs:.3} s"));
+        // It deletes itself once it has moved the length the queue had (not timed).
+        for _ in 0..600 {
+            if let Ok((404, _)) = self.http.call("GET", &parameter, None) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(Sample { secs, peak_mb: None, cpu: None })
+    }
+
+    /// Not measured: `n` messages in orders and none elsewhere, and no consumer left.
+    fn before_migrates(&self, n: usize, vhost: &str, amqp: &Amqp) -> Result<()> {
         self.http.ok("DELETE", &format!("/queues/{vhost}/orders.dlq/contents"), None)?;
         self.http.ok("DELETE", &format!("/queues/{vhost}/orders/contents"), None)?;
         amqp.until_holds("orders", 0, Duration::from_secs(60))?;
-        amqp.fill("orders", n, options.move_bytes)?;
+        amqp.fill("orders", n, self.options.move_bytes)?;
         // apply refuses a queue with consumers, which it reads from the management API: that
         // shows the last shovel's (and redrive's) consumer for a few seconds after it has gone
         // (statistics are sampled every 5 s). Wait for a sample taken since, then until it shows
@@ -1389,19 +1414,24 @@ impl Run<'_> {
             }
             std::thread::sleep(Duration::from_millis(200));
         }
-        let mut queue_type = options.queue_type.as_str();
-        for _ in 0..options.repeats {
+        Ok(())
+    }
+
+    /// Measured: the mover of apply --migrate, the main queue's messages out to a holding queue
+    /// and back, its queue type switched each time (each run moves 2n messages and declares
+    /// queues).
+    fn migrates(&self, n: usize, spec_arg: &str, vhost: &str, amqp: &Amqp, result: &mut MoveResult) -> Result<()> {
+        let mut queue_type = self.options.queue_type.as_str();
+        for _ in 0..self.options.repeats {
             queue_type = if queue_type == "classic" { "quorum" } else { "classic" };
-            write_spec(queue_type)?;
+            self.write_move_spec(vhost, queue_type)?;
             self.say(format!("apply --migrate: orders to {queue_type} with {n} messages"));
             let sample = self.hopper_step(&["apply", "--migrate", spec_arg], &[0], None)?;
             amqp.until_holds("orders", n, Duration::from_secs(60)).context("orders after the migration")?;
             result.migrate.samples.push(sample);
             self.say(format!("  {:.3} s", sample.secs));
         }
-        amqp.close();
-        vhosts.delete(&vhost)?;
-        Ok(result)
+        Ok(())
     }
 }
 
