@@ -77,8 +77,6 @@ pub struct Limits {
     pub max: Option<u64>,
     /// Copies published per second at most.
     pub rate: Option<u32>,
-    /// Whether some dead letters may stay: each one that does is held until the end.
-    pub filtered: bool,
     pub mode: Mode,
     /// Bytes of bodies held at once at most (see `budget`).
     pub budget: Budget,

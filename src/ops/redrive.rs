@@ -192,7 +192,6 @@ pub fn run(endpoint: &Endpoint, request: &Request, emit: impl FnOnce(&Report) ->
                 scan: ready,
                 max: request.max,
                 rate: request.rate,
-                filtered: !request.filter.is_empty(),
                 mode: if request.dry_run { Mode::Look } else { Mode::Move },
                 budget: request.budget,
             };
