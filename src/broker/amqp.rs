@@ -346,6 +346,22 @@ impl Session {
         Ok(self.soft(r, 404).await?.map(|q| (u64::from(q.message_count()), u64::from(q.consumer_count()))))
     }
 
+    /// As `queue_counts`, but waits (5 s at most) while the queue has consumers: a quorum queue
+    /// counts each channel that took messages with `basic.get` as a consumer until it has seen
+    /// the channel close, which under load comes seconds later (measured in CI: a migration
+    /// refused for "62 consumer(s)" that the run before it had left, one per `basic.get`). A
+    /// consumer that stays is still counted at the end.
+    pub async fn queue_counts_settled(&mut self, name: &str) -> Result<Option<(u64, u64)>> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let counts = self.queue_counts(name).await?;
+            if counts.is_none_or(|(_, consumers)| consumers == 0) || std::time::Instant::now() >= deadline {
+                return Ok(counts);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+
     async fn declare_exchange(&mut self, e: &Exchange) -> Result<Outcome> {
         let options = ExchangeDeclareOptions { durable: e.durable, ..Default::default() };
         let kind = match &e.kind {

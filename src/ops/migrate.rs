@@ -115,7 +115,7 @@ async fn empty_into(
     let queue = &live.queues[from];
     // Counted over AMQP, exactly: the management API's count lags by seconds, and would still
     // show the consumer of a run killed a moment ago.
-    let n = session.queue_counts(from).await?.map_or(0, |(_, consumers)| consumers);
+    let n = session.queue_counts_settled(from).await?.map_or(0, |(_, consumers)| consumers);
     if n > 0 {
         bail!(
             "`{from}` has {n} consumer(s): stop them, then run apply --migrate again (its messages wait meanwhile; deleting it would cancel them)"

@@ -170,7 +170,7 @@ pub fn run(endpoint: &Endpoint, request: &Request, emit: impl FnOnce(&Report) ->
             }
             let mut session = Session::connect(endpoint, &target.vhost, &cluster).await?;
             redrive::lock(&session, dlq).await?;
-            let Some((ready, consumers)) = session.queue_counts(dlq).await? else {
+            let Some((ready, consumers)) = session.queue_counts_settled(dlq).await? else {
                 bail!("`{dlq}` disappeared in vhost `{}`; nothing was moved", target.vhost);
             };
             if consumers > 0 {
