@@ -160,10 +160,15 @@ pub async fn lock(session: &Session, dlq: &str) -> Result<()> {
             Err(e) if soft_error(&e).is_some_and(|(code, _)| code == RESOURCE_LOCKED) => {
                 if Instant::now() >= deadline {
                     bail!(
-                        "another redrive of `{dlq}` is running (it holds `{queue}`): wait for it to end; nothing was moved"
+                        "another redrive of `{dlq}` is running (it holds `{queue}`): wait for it to end; nothing was moved. A run whose connection dropped without closing holds it until the broker notices, at most the connection's heartbeat timeout"
                     )
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) if soft_error(&e).is_some_and(|(code, _)| code == ACCESS_REFUSED) => {
+                bail!(
+                    "the user may not declare `{queue}`, the queue a redrive (a dry run too) holds so that no other run reads `{dlq}` meanwhile: grant the configure permission on it; nothing was moved"
+                )
             }
             Err(e) => {
                 return Err(e)
@@ -187,6 +192,8 @@ const LOCK_WAIT: Duration = Duration::from_secs(3);
 
 /// AMQP's reply to a declaration of an exclusive queue that another connection holds.
 const RESOURCE_LOCKED: u16 = 405;
+/// AMQP's reply to a declaration the user's permissions do not allow.
+const ACCESS_REFUSED: u16 = 403;
 
 /// Moves the dead letters of `from` that `selected` picks to queue `to`, within `limits`, as the
 /// one run on `from`: the caller holds its `lock`. An error before the first dead letter is taken
@@ -206,7 +213,7 @@ pub async fn redrive(
     let journal_lane = session.lane().await?;
     let channel = lane.channel();
     channel.confirm_select(ConfirmSelectOptions::default()).await?;
-    // A dry run changes nothing on the broker: no journal.
+    // A dry run leaves nothing on the broker: no journal (its lock goes with its connection).
     let journal = match limits.mode {
         Mode::Move => Some(Journal::open(journal_lane.channel().clone(), &journal_queue(from)).await?),
         Mode::Look => None,

@@ -709,6 +709,35 @@ async fn a_second_run_is_refused_while_one_runs(broker: Broker) {
     assert_eq!(support::count(&connection, "orders").await, Some(60));
 }
 
+/// A user who may not declare the lock queue: the run, a dry run too, is refused before it takes
+/// anything (exit 2), saying which permission it needs; every dead letter stays.
+async fn a_lock_the_user_may_not_take_is_named(broker: Broker) {
+    let vhost = Vhost::new(broker, "redrive-lock-permission").await;
+    let spec = vhost.spec("orders.toml", &topology("orders", "quorum"));
+    let spec = spec.to_str().unwrap().to_string();
+    assert_eq!(vhost.hopper(&["apply", &spec]).status.code(), Some(0));
+    let connection = vhost.connect().await;
+    reject_into(&connection, "orders", &ids("m", 5), "orders.dlq", 5).await;
+    let user = support::unique("hopper-test-redriver");
+    support::create_user(broker, &user, "secret", "monitoring").await;
+    support::set_permissions(broker, &vhost.name, &user, "^(?!hopper\\.redrive-lock\\.).*", ".*", ".*").await;
+    let amqp = broker.amqp().replace("guest:guest", &format!("{user}:secret"));
+    let env = [("HOPPER_AMQP_URL", amqp.as_str()), ("HOPPER_MANAGEMENT_URL", broker.management())];
+    let dry = support::hopper_env(&["redrive", &spec, "--dry-run"], &env);
+    let real = support::hopper_env(&["redrive", &spec], &env);
+    support::delete_user(broker, &user).await;
+    for out in [dry, real] {
+        let said = support::text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{said}");
+        assert!(
+            said.contains("grant the configure permission") && said.contains("hopper.redrive-lock.orders.dlq"),
+            "{said}"
+        );
+    }
+    support::wait_for_count(&connection, "orders.dlq", 5, Duration::from_secs(30)).await;
+    assert_eq!(support::count(&connection, "orders").await, Some(0));
+}
+
 /// The main queue deleted while a redrive runs: the copies come back (`mandatory`), the run
 /// stops (exit 3), and every dead letter it looked at is counted once, as moved, given back or
 /// stayed; the dead-letter queue holds exactly those not moved.
@@ -755,6 +784,7 @@ on_every_broker!(
     large_dead_letters_move_within_the_bound,
     mixed_sizes_and_filtered_runs_stay_within_the_bound,
     a_second_run_is_refused_while_one_runs,
+    a_lock_the_user_may_not_take_is_named,
 );
 
 /// What giving a message back costs on a quorum queue, by release (the reason a redrive cancels
