@@ -338,6 +338,21 @@ impl SizeResult {
     pub fn total_objects(&self) -> usize {
         self.objects.0 + self.objects.1 + self.objects.2
     }
+
+    /// Cuts every read's samples to the first `rounds`, each of which took one of each.
+    pub fn keep_rounds(&mut self, rounds: usize) {
+        let reads = [
+            &mut self.noop,
+            &mut self.diff,
+            &mut self.dry_run,
+            &mut self.inspect,
+            &mut self.listing,
+            &mut self.listing_kept_alive,
+        ];
+        for step in reads.into_iter().chain(self.against.iter_mut().flat_map(|a| [&mut a.noop, &mut a.diff])) {
+            step.samples.truncate(rounds);
+        }
+    }
 }
 
 /// One broker's run: its version and every size.
@@ -1097,10 +1112,10 @@ impl Run<'_> {
             })
         };
         let mut round = 0;
-        while more(round) {
+        let read_round = |round: usize, result: &mut SizeResult, hurried: &mut usize| -> Result<()> {
             let stride = strides[round % strides.len()];
             for which in (0..reads_a_round).map(|i| (i * stride + round) % reads_a_round) {
-                hurried += usize::from(hurried_read());
+                *hurried += usize::from(hurried_read());
                 match which {
                     0 => result.noop.samples.push(self.hopper_step(
                         &["apply", "--vhost", applied, specs_arg],
@@ -1130,7 +1145,7 @@ impl Run<'_> {
                             (Connections::KeptAlive, &mut result.listing_kept_alive),
                         ] {
                             if connections == Connections::KeptAlive {
-                                hurried += usize::from(hurried_read());
+                                *hurried += usize::from(hurried_read());
                             }
                             let (took, seen) = self.http.listing(applied, connections)?;
                             step.samples.push(Sample { secs: took.as_secs_f64(), peak_mb: None, cpu: None });
@@ -1150,6 +1165,20 @@ impl Run<'_> {
                         step.samples.push(self.step_of(binary, &args, &[0], noop.then_some("No changes"))?);
                     }
                 }
+            }
+            Ok(())
+        };
+        while more(round) {
+            if let Err(e) = read_round(round, result, &mut hurried) {
+                // A size's first apply can take a quarter of an hour at 10,000 topologies: the
+                // rounds that finished are kept, each read's samples cut to them, and the failure
+                // said. Without a finished round there is nothing to keep.
+                if round == 0 {
+                    return Err(e);
+                }
+                result.keep_rounds(round);
+                result.notes.push(format!("round {} of the reads failed, {round} kept: {e:#}", round + 1));
+                break;
             }
             round += 1;
         }
@@ -1634,4 +1663,26 @@ pub fn offline(hopper: &Path, n: usize) -> Result<Offline> {
     })();
     let _ = fs::remove_dir_all(&dir);
     outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_round_leaves_only_the_rounds_that_finished() {
+        let step = |n: usize| Step { samples: vec![Sample { secs: 1.0, peak_mb: None, cpu: None }; n] };
+        let mut result = SizeResult {
+            noop: step(3),
+            diff: step(2),
+            listing: step(3),
+            against: vec![Against { build: "b".into(), noop: step(3), diff: step(2) }],
+            ..Default::default()
+        };
+        result.keep_rounds(2);
+        let lens = [&result.noop, &result.diff, &result.listing, &result.against[0].noop, &result.against[0].diff]
+            .map(|s| s.samples.len());
+        assert_eq!(lens, [2; 5]);
+        assert!(result.inspect.samples.is_empty(), "a read with fewer samples keeps them");
+    }
 }
