@@ -185,3 +185,47 @@ fn a_queue_hopper_cannot_read_is_an_error_that_says_so() {
     assert!(e.to_string().contains("the management API listed a queue hopper cannot read"), "{e}");
     assert_eq!(e.to_string().matches(" at line ").count(), 1, "the position once: {e}");
 }
+
+/// A server on loopback that closes its first `cut` connections after reading a request, then
+/// answers `[]`; returns its API base and how many connections it took.
+fn cutting_server(cut: usize) -> (String, std::sync::Arc<AtomicUsize>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}/api", listener.local_addr().unwrap());
+    let taken = std::sync::Arc::new(AtomicUsize::new(0));
+    let seen = taken.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut head = [0u8; 4096];
+            let _ = stream.read(&mut head);
+            if seen.fetch_add(1, Ordering::SeqCst) < cut {
+                // Half an answer, then the connection goes: ureq's "Peer disconnected".
+                let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n[");
+                continue;
+            }
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n[]");
+        }
+    });
+    (base, taken)
+}
+
+#[tokio::test]
+async fn a_get_cut_off_mid_answer_is_sent_again_and_a_put_is_not() {
+    let (base, taken) = cutting_server(2);
+    let api = Api::new(&Endpoint::new("amqp://127.0.0.1:1", Some(&base)).unwrap());
+    let listed: Vec<Value> = api.get("/queues").await.unwrap();
+    assert!(listed.is_empty());
+    assert_eq!(taken.load(Ordering::SeqCst), 3, "two cut off, the third answered");
+
+    let (base, taken) = cutting_server(3);
+    let api = Api::new(&Endpoint::new("amqp://127.0.0.1:1", Some(&base)).unwrap());
+    let e = api.get::<Vec<Value>>("/queues").await.unwrap_err();
+    assert!(e.cut_off(), "{e:?}");
+    assert_eq!(taken.load(Ordering::SeqCst), 3, "sent three times, no more");
+
+    let (base, taken) = cutting_server(1);
+    let api = Api::new(&Endpoint::new("amqp://127.0.0.1:1", Some(&base)).unwrap());
+    assert!(api.put("/vhosts/a", &Value::Null).await.is_err());
+    assert_eq!(taken.load(Ordering::SeqCst), 1, "a PUT may have been carried out: not sent again");
+}
