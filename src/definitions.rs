@@ -4,6 +4,7 @@
 use serde::Serialize;
 
 use crate::compile::CompiledTopology;
+use crate::live::Record;
 use crate::model::{Arguments, Destination, Object};
 
 #[derive(Debug, Serialize)]
@@ -12,6 +13,15 @@ pub struct Definitions<'a> {
     pub queues: Vec<QueueDefinition<'a>>,
     pub exchanges: Vec<ExchangeDefinition<'a>>,
     pub bindings: Vec<BindingDefinition<'a>>,
+    /// Each owner's record of what it made in a vhost (`plan::ownership`): imported with the
+    /// objects, so that `apply` after an import finds them claimed and changes nothing.
+    pub global_parameters: Vec<GlobalParameter>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct GlobalParameter {
+    pub name: String,
+    pub value: Record,
 }
 
 #[derive(Debug, Serialize)]
@@ -53,9 +63,18 @@ pub struct BindingDefinition<'a> {
 /// Definitions for every vhost of the compiled topologies. Vhosts are listed so that an import
 /// creates them; each object is listed once even when topologies share it.
 pub fn definitions(compiled: &[CompiledTopology]) -> Definitions<'_> {
-    let mut d = Definitions { vhosts: Vec::new(), queues: Vec::new(), exchanges: Vec::new(), bindings: Vec::new() };
+    let mut d = Definitions {
+        vhosts: Vec::new(),
+        queues: Vec::new(),
+        exchanges: Vec::new(),
+        bindings: Vec::new(),
+        global_parameters: Vec::new(),
+    };
     for (vhost, topologies) in crate::ops::by_vhost(compiled) {
         d.vhosts.push(Vhost { name: vhost });
+        for record in crate::plan::ownership::records(vhost, &topologies) {
+            d.global_parameters.push(GlobalParameter { name: Record::parameter(&record.owner, vhost), value: record });
+        }
         for object in crate::plan::desired(&topologies) {
             match object {
                 Object::Queue(q) => d.queues.push(QueueDefinition {

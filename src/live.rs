@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::model::Difference;
-use crate::model::{Arguments, Binding, ExchangeName, ExchangeType, QueueName};
+use crate::model::{Arguments, Binding, ExchangeName, ExchangeType, Owner, QueueName};
 use crate::policy::AppliedPolicy;
 
 #[derive(Debug, Clone, Default)]
@@ -21,7 +21,58 @@ pub struct Live {
     /// The cluster's nodes as the management API sees them (one for a single broker); `None`
     /// when they could not be read (over AMQP).
     pub nodes: Option<Vec<Node>>,
+    /// What each owner recorded it made in this vhost.
+    pub records: Records,
 }
+
+/// The owners' records of a vhost, as far as they could be read.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum Records {
+    /// Not read: over AMQP there are none to read.
+    #[default]
+    NotRead,
+    /// The management API refused to list them (global parameters need the `policymaker` tag).
+    Refused {
+        status: u16,
+    },
+    Read(Vec<Record>),
+}
+
+impl Records {
+    pub fn read(&self) -> Option<&[Record]> {
+        match self {
+            Records::Read(r) => Some(r),
+            _ => None,
+        }
+    }
+}
+
+/// What one owner made in one vhost: kept on the broker (a global parameter), since CI runners
+/// keep no state.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Record {
+    pub owner: Owner,
+    pub vhost: String,
+    pub topologies: BTreeMap<String, Claimed>,
+}
+
+/// A topology's exchanges and queues, as its owner recorded them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Claimed {
+    pub exchanges: BTreeSet<ExchangeName>,
+    pub queues: BTreeSet<QueueName>,
+}
+
+impl Record {
+    /// The global parameter it is kept in: global, because a vhost's parameters must belong to a
+    /// component a plugin registers, and RabbitMQ refuses any other.
+    pub fn parameter(owner: &Owner, vhost: &str) -> String {
+        format!("{PARAMETER_PREFIX}{owner}:{vhost}", owner = owner.as_str())
+    }
+}
+
+/// Every owner record's global parameter begins so.
+pub const PARAMETER_PREFIX: &str = "hopper-owner:";
 
 /// One node of the cluster, by the management API's `/api/nodes`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

@@ -148,6 +148,11 @@ name_type!(
     ExchangeName
 );
 name_type!(
+    /// Who applies a spec (`owner` at the top of its files): the broker records which
+    /// topologies, and which of their exchanges and queues, each owner made in a vhost.
+    Owner
+);
+name_type!(
     /// A binding's routing key; a wait queue's return binding's is the queue's name, shared.
     RoutingKey
 );
@@ -737,6 +742,8 @@ pub enum Property {
     AutoDelete,
     /// An internal exchange takes no publish from a client: producers' messages are refused.
     Internal,
+    /// Who recorded the object as theirs (`plan::ownership`).
+    Owner,
 }
 
 impl Property {
@@ -747,6 +754,7 @@ impl Property {
             Property::Durable => "durable",
             Property::AutoDelete => "auto_delete",
             Property::Internal => "internal",
+            Property::Owner => "owner",
         }
     }
 }

@@ -13,7 +13,7 @@ use crate::ops::apply::{Report, Request};
 use crate::ops::plan_file::PlanFile;
 use crate::ops::{self, apply::ReadFrom};
 use crate::output::{self, Format, Verbosity};
-use crate::plan::{Action, Step, WayOut};
+use crate::plan::{Action, Property, Step, WayOut};
 use crate::policy::Source;
 
 /// Converge the broker to the spec. Nothing holding messages is ever deleted.
@@ -387,13 +387,19 @@ fn describe(step: &Step) -> String {
             lines.join("\n")
         }
         Step::Conflict { object, differences, ways_out } => {
+            let owned = differences.iter().find(|d| d.property == Property::Owner);
+            let why = match owned.and_then(|d| d.live.as_ref()) {
+                Some(theirs) => format!("owner {theirs} recorded it, and this spec's owner is not {theirs}"),
+                None => "it cannot be changed in place".to_string(),
+            };
             let mut lines = vec![format!(
-                "  {} conflict  {:<8} {}: it cannot be changed in place",
+                "  {} conflict  {:<8} {}: {}",
                 output::paint("!", "31"),
                 object.kind(),
-                output::safe(&object.to_string())
+                output::safe(&object.to_string()),
+                output::safe(&why)
             )];
-            for d in differences {
+            for d in differences.iter().filter(|d| d.property != Property::Owner) {
                 lines.push(format!(
                     "      argument {}: the broker has {}, the spec wants {}",
                     d.property,
@@ -403,7 +409,7 @@ fn describe(step: &Step) -> String {
             }
             lines.push("      safe ways out:".to_string());
             lines.extend(ways_out.iter().map(|w| way_out(w, "        ")));
-            if matches!(object, Object::Queue(_)) {
+            if matches!(object, Object::Queue(_)) && owned.is_none() {
                 lines.push(
                     "      (hopper never deletes or redeclares a queue that holds messages to change its arguments)"
                         .into(),
@@ -423,6 +429,13 @@ fn describe(step: &Step) -> String {
         Step::Delete { queue, .. } => {
             format!("  {} delete    queue    {}  (empty and unused)", output::paint("-", "31"), output::safe(queue))
         }
+        Step::Record { owner, topologies, .. } => format!(
+            "  {} record    owner    {}: {} topolog{} recorded as its own (a global parameter)",
+            output::paint("+", "32"),
+            output::safe(owner),
+            topologies.len(),
+            if topologies.len() == 1 { "y" } else { "ies" }
+        ),
         Step::Extra { queue, messages, consumers, drains_into, kept_because } => {
             let count = |n: &Option<u64>| n.map_or("?".to_string(), |n| n.to_string());
             let drains = drains_into.as_ref().map(|d| format!(", drains into {}", output::safe(d))).unwrap_or_default();

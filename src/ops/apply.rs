@@ -492,6 +492,20 @@ impl Run<'_> {
                 (live, ReadFrom::ManagementApi, None)
             }
         };
+        let note = match (&live.records, note) {
+            (crate::live::Records::Refused { status }, _) if !self.request.dry_run => anyhow::bail!(
+                "the management API refused to list the owners' records (HTTP {status}), so hopper cannot know whether another owner made what this spec would change: user `{}` needs the `policymaker` tag (`rabbitmqctl set_user_tags`); nothing was changed",
+                self.endpoint.username()
+            ),
+            (crate::live::Records::Refused { status }, note) => Some(
+                note.map_or(String::new(), |n| n + "; ")
+                    + &format!(
+                        "the owners' records could not be read (HTTP {status}: user `{}` needs the `policymaker` tag), so this dry run does not know what other owners made; apply would refuse",
+                        self.endpoint.username()
+                    ),
+            ),
+            (_, note) => note,
+        };
         let options = self.options(read_from);
         // The fingerprint leaves counts out, so it is hashed beside the planning, on a core of
         // its own: at 2,000 topologies each takes about 60 ms.
@@ -577,11 +591,27 @@ impl Run<'_> {
         let changes = plan.steps.iter().filter(|s| s.changes()).count();
         let (refused, migrated, changes_applied) = if apply && changes > 0 {
             crate::output::narrate(|| format!("vhost `{}`: carrying out {changes} change(s)", plan.vhost));
-            let writing = match session {
-                Some(ref mut s) => s,
-                None => session.insert(self.connect(&plan.vhost).await?),
-            };
-            execute(writing, self.endpoint, &plan, &mut failovers, self.request.budget).await?
+            // Claimed before anything is made: a run stopped partway leaves nothing unclaimed.
+            let mut recorded = 0;
+            for step in &plan.steps {
+                if let Step::Record { record, .. } = step {
+                    http::write_record(self.endpoint, record)
+                        .await
+                        .map_err(|e| anyhow::anyhow!("{e:#}; nothing in vhost `{}` was changed", plan.vhost))?;
+                    recorded += 1;
+                }
+            }
+            if recorded == changes {
+                (Vec::new(), Vec::new(), recorded)
+            } else {
+                let writing = match session {
+                    Some(ref mut s) => s,
+                    None => session.insert(self.connect(&plan.vhost).await?),
+                };
+                let (refused, migrated, applied) =
+                    execute(writing, self.endpoint, &plan, &mut failovers, self.request.budget).await?;
+                (refused, migrated, applied + recorded)
+            }
         } else {
             (Vec::new(), Vec::new(), 0)
         };

@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::broker::{Endpoint, identity};
 use crate::compile::CompiledTopology;
 use crate::hazard::{self, Finding};
-use crate::model::{ArgValue, Binding, ExchangeName, Object, QueueName};
+use crate::model::{ArgValue, Binding, ExchangeName, Object, Owner, QueueName};
 use crate::plan::{self, Difference, Options, Plan, Step, WayOut};
 use crate::policy::{Setting, Source};
 
@@ -43,9 +43,17 @@ impl Status {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Subject {
-    Exchange { name: ExchangeName },
-    Queue { name: QueueName },
+    Exchange {
+        name: ExchangeName,
+    },
+    Queue {
+        name: QueueName,
+    },
     Binding(Binding),
+    /// An owner's record (`plan::ownership`), missing or out of date.
+    Record {
+        owner: Owner,
+    },
 }
 
 impl Subject {
@@ -62,6 +70,7 @@ impl Subject {
             Subject::Exchange { .. } => "exchange",
             Subject::Queue { .. } => "queue",
             Subject::Binding(_) => "binding",
+            Subject::Record { .. } => "owner record",
         }
     }
 }
@@ -73,6 +82,7 @@ impl std::fmt::Display for Subject {
             Subject::Exchange { name } => write!(f, "{name}"),
             Subject::Queue { name } => write!(f, "{name}"),
             Subject::Binding(b) => write!(f, "{b}"),
+            Subject::Record { owner } => write!(f, "{owner}"),
         }
     }
 }
@@ -290,6 +300,7 @@ fn entry(step: Step) -> Option<Entry> {
                 drains_into,
             })
         }
+        Step::Record { owner, .. } => Entry::new(Status::Missing, Subject::Record { owner }),
         Step::Delete { .. } => return None,
     })
 }

@@ -6,6 +6,7 @@ pub mod fingerprint;
 mod index;
 mod leftover;
 pub mod migrate;
+pub mod ownership;
 pub mod placement;
 mod remedy;
 
@@ -23,9 +24,10 @@ pub use leftover::{Kept, left_over};
 pub use remedy::{SpecEdit, WayOut, retyped};
 
 use crate::compile::CompiledTopology;
-use crate::live::{Live, LiveExchange, LiveQueue};
+use crate::live::{Live, LiveExchange, LiveQueue, Record};
 use crate::model::{
-    ArgValue, Arguments, Binding, Exchange, ExchangeName, Key, Object, Queue, QueueName, QueueType, Role, arg,
+    ArgValue, Arguments, Binding, Destination, Exchange, ExchangeName, Key, Object, ObjectKind, Owner, Queue,
+    QueueName, QueueType, Role, arg,
 };
 use crate::policy::{self, Setting, Source};
 
@@ -94,6 +96,15 @@ pub enum Step {
         drains_into: Option<String>,
         kept_because: Kept,
     },
+    /// An owner's record brought up to date (`ownership`), before anything else changes: over
+    /// the management API, not AMQP.
+    Record {
+        owner: Owner,
+        /// The topologies it names.
+        topologies: Vec<String>,
+        #[serde(skip)]
+        record: Record,
+    },
     /// An extra queue removed by `--prune`: it was empty and unused. Classic queues are deleted
     /// with `if-empty` and `if-unused`, so the broker re-checks at that instant; quorum queues
     /// support neither flag, so their counts are read again immediately before the deletion
@@ -117,6 +128,7 @@ pub enum Action {
     Unbind,
     Extra,
     Delete,
+    Record,
 }
 
 impl Action {
@@ -131,6 +143,7 @@ impl Action {
             Action::Unbind => "unbind",
             Action::Extra => "extra",
             Action::Delete => "delete",
+            Action::Record => "record",
         }
     }
 
@@ -138,7 +151,13 @@ impl Action {
     pub fn changes(self) -> bool {
         matches!(
             self,
-            Action::Create | Action::Ensure | Action::Migrate | Action::MoveMessages | Action::Unbind | Action::Delete
+            Action::Create
+                | Action::Ensure
+                | Action::Migrate
+                | Action::MoveMessages
+                | Action::Unbind
+                | Action::Delete
+                | Action::Record
         )
     }
 }
@@ -155,6 +174,7 @@ impl Step {
             Step::Unbind { .. } => Action::Unbind,
             Step::Extra { .. } => Action::Extra,
             Step::Delete { .. } => Action::Delete,
+            Step::Record { .. } => Action::Record,
         }
     }
 
@@ -244,7 +264,7 @@ fn phase_of(plan: &Plan, step: &Step) -> Option<Phase> {
         Step::Migrate { .. } | Step::MoveMessages { .. } => Phase::Migrations,
         Step::Unbind { .. } => Phase::Unbinds,
         Step::Delete { .. } => Phase::Deletes,
-        Step::InSync { .. } | Step::Conflict { .. } | Step::Extra { .. } => return None,
+        Step::InSync { .. } | Step::Conflict { .. } | Step::Extra { .. } | Step::Record { .. } => return None,
     })
 }
 
@@ -381,6 +401,21 @@ impl<'t> Desired<'t> {
             refuse_blind_moves(&index, live, &mut steps);
         }
         check_migrations(live, &index, options, &mut steps);
+        let mut leftovers = leftovers;
+        if let Some(records) = live.records.read() {
+            refuse_what_others_own(self.topologies, &self.objects, records, &mut steps);
+            leave_what_others_own(self.topologies, records, &mut leftovers);
+            let deleted = leftovers
+                .iter()
+                .filter_map(|s| if let Step::Delete { queue, .. } = s { Some(queue) } else { None })
+                .collect();
+            let records = ownership::updated(vhost, self.topologies, live, &deleted);
+            steps.extend(records.into_iter().map(|record| Step::Record {
+                owner: record.owner.clone(),
+                topologies: record.topologies.keys().cloned().collect(),
+                record,
+            }));
+        }
         steps.extend(leftovers);
         // A policy can override only a queue it applies to. Most vhosts have none, and then the
         // spec's queues are not looked up again: at 10,000 topologies, 50,000 searches, 14 to
@@ -397,6 +432,60 @@ impl<'t> Desired<'t> {
         let entry_exchanges = self.topologies.iter().map(|t| t.topology.exchange.clone()).collect();
         Plan { vhost: vhost.to_string(), steps, overrides, entry_exchanges }
     }
+}
+
+/// An exchange or queue another owner recorded is a conflict, whatever its state: this spec
+/// would change it, bind into it, or take it over.
+fn refuse_what_others_own(
+    topologies: &[&CompiledTopology],
+    objects: &[&Object],
+    records: &[Record],
+    steps: &mut [Step],
+) {
+    for (i, taken) in ownership::taken(topologies, objects, records) {
+        let object = objects[i].clone();
+        let kind = object.kind().as_str();
+        let mut ways_out = vec![WayOut::says(format!(
+            "give topology `{}` names of its own (`exchange`, `queue`, `retry_exchange`, `dead_letter_exchange`, `dead_letter_queue`): owner `{}` recorded this {kind} for its topology `{}`",
+            taken.my_topology, taken.theirs, taken.their_topology
+        ))];
+        if let Object::Exchange(e) = &object
+            && topologies.iter().any(|c| c.topology.name == taken.my_topology && c.topology.exchange == e.name)
+        {
+            ways_out.push(WayOut::says(format!(
+                "or, if topology `{}` means to bind its queue into owner `{}`'s exchange, say so: exchange_owner = \"{}\" in its table",
+                taken.my_topology, taken.theirs, taken.theirs
+            )));
+        }
+        steps[i] = Step::Conflict {
+            object,
+            differences: vec![Difference {
+                property: Property::Owner,
+                live: Some(ArgValue::str(taken.theirs.as_str())),
+                spec: Some(ArgValue::str(taken.mine.as_str())),
+            }],
+            ways_out,
+        };
+    }
+}
+
+/// A left-over under this spec's names that another owner recorded is theirs, not this spec's
+/// to unbind, report or prune.
+fn leave_what_others_own(topologies: &[&CompiledTopology], records: &[Record], leftovers: &mut Vec<Step>) {
+    let claims = ownership::Claims::new(records);
+    if claims.is_empty() {
+        return;
+    }
+    let owners: Vec<&Owner> = topologies.iter().map(|c| &c.topology.owner).collect();
+    let others = |kind: ObjectKind, name: &str| owners.iter().all(|mine| claims.other_than(kind, name, mine).is_some());
+    leftovers.retain(|s| match s {
+        Step::Extra { queue, .. } | Step::Delete { queue, .. } => !others(ObjectKind::Queue, queue),
+        Step::Unbind { binding } => match &binding.destination {
+            Destination::Queue(q) => !others(ObjectKind::Queue, q),
+            Destination::Exchange(e) => !others(ObjectKind::Exchange, e),
+        },
+        _ => true,
+    });
 }
 
 fn overrides(q: &Queue, live: &LiveQueue) -> Vec<Override> {

@@ -94,6 +94,13 @@ pub const TOP_LEVEL: &[Key] = &[
         example: r#"vhost = "/""#,
     },
     Key {
+        name: "owner",
+        value: Value::String,
+        default: "`default`",
+        meaning: "who applies this file: the broker records which topologies and objects each owner made in a vhost, and one owner never changes, prunes or binds into what another owns",
+        example: r#"owner = "payments""#,
+    },
+    Key {
         name: "defaults",
         value: Value::Table(TOPOLOGY),
         default: "",
@@ -117,6 +124,13 @@ pub const TOPOLOGY: &[Key] = &[
         default: "topology name",
         meaning: "main exchange, where producers publish",
         example: r#"exchange = "orders""#,
+    },
+    Key {
+        name: "exchange_owner",
+        value: Value::String,
+        default: "none",
+        meaning: "the owner of `exchange` when another owner made it: binding into it is then meant, and it is neither claimed nor changed",
+        example: r#"exchange_owner = "orders-team""#,
     },
     Key {
         name: "exchange_type",

@@ -47,6 +47,7 @@ pub(super) enum KeyDraft {
 #[derive(Debug, Clone, Default)]
 pub(super) struct Fields {
     pub exchange: Option<Loc<String>>,
+    pub exchange_owner: Option<Loc<String>>,
     pub exchange_type: Option<Loc<String>>,
     pub routing_keys: Option<Loc<Vec<Loc<String>>>>,
     pub delays: Option<Loc<Vec<Loc<Duration>>>>,
@@ -73,6 +74,7 @@ impl Fields {
         let own_schedule = self.delays.is_some() || self.backoff.is_some();
         Fields {
             exchange: self.exchange.or_else(|| defaults.exchange.clone()),
+            exchange_owner: self.exchange_owner.or_else(|| defaults.exchange_owner.clone()),
             exchange_type: self.exchange_type.or_else(|| defaults.exchange_type.clone()),
             routing_keys: self.routing_keys.or_else(|| defaults.routing_keys.clone()),
             delays: if own_schedule { self.delays } else { defaults.delays.clone() },
@@ -98,6 +100,7 @@ impl Fields {
 pub(super) struct Draft {
     pub name: Loc<String>,
     pub vhost: Option<Loc<String>>,
+    pub owner: Option<Loc<String>>,
     pub fields: Fields,
     /// Keys whose value comes from `[defaults]`.
     pub inherited: Inherited,
@@ -131,6 +134,7 @@ pub(super) fn parse_file(file: FileId, text: &str, diags: &mut Vec<Diagnostic>) 
     p.check_keys(root, keys::TOP_LEVEL, "the top level", top_level_hint);
 
     let vhost = root.get("vhost").and_then(|v| p.string("vhost", v, keys::TOP_LEVEL));
+    let owner = root.get("owner").and_then(|v| p.string("owner", v, keys::TOP_LEVEL));
     let defaults = root
         .get("defaults")
         .and_then(|v| p.table("defaults", v, keys::TOP_LEVEL))
@@ -175,7 +179,7 @@ pub(super) fn parse_file(file: FileId, text: &str, diags: &mut Vec<Diagnostic>) 
             delivery_limit: own.delivery_limit.is_none() && defaults.delivery_limit.is_some(),
             jitter: own.jitter.is_none() && defaults.jitter.is_some(),
         };
-        drafts.push(Draft { name, vhost: vhost.clone(), fields: own.or(&defaults), inherited });
+        drafts.push(Draft { name, vhost: vhost.clone(), owner: owner.clone(), fields: own.or(&defaults), inherited });
     }
     drafts
 }
@@ -321,7 +325,8 @@ impl Parser<'_> {
 
     fn fields(&mut self, table: &DeTable, context: &str) -> Fields {
         self.check_keys(table, keys::TOPOLOGY, context, |key| {
-            (key == "vhost").then(|| "`vhost` is set once per file, at the top, before any section".to_string())
+            matches!(key, "vhost" | "owner")
+                .then(|| format!("`{key}` is set once per file, at the top, before any section"))
         });
         let k = keys::TOPOLOGY;
         let mut f = Fields::default();
@@ -330,6 +335,7 @@ impl Parser<'_> {
             let before = self.diags.len();
             match key {
                 "exchange" => f.exchange = self.string(key, value, k),
+                "exchange_owner" => f.exchange_owner = self.string(key, value, k),
                 "exchange_type" => f.exchange_type = self.string(key, value, k),
                 "strategy" => f.strategy = self.string(key, value, k),
                 "queue_type" => f.queue_type = self.string(key, value, k),

@@ -13,7 +13,8 @@ use super::{
 };
 use crate::compile::CompiledTopology;
 use crate::diagnostic::Diagnostic;
-use crate::model::{QueueName, Role, is_unsafe_char};
+use crate::model::{Owner, QueueName, Role, is_unsafe_char};
+use crate::topology::DEFAULT_OWNER;
 
 /// A valid topology, and where each of its names was written (or the name it derives from), so
 /// that a collision is reported where the user can fix it.
@@ -176,11 +177,24 @@ fn topology(
     let delivery_limit = delivery_limit(&f, queue_type, strategy, draft.inherited.delivery_limit, name, diags);
 
     let vhost = vhost(vhosts, &draft.vhost, name, diags);
+    let owner = draft.owner.as_ref().and_then(|o| owner_name(o, diags)).unwrap_or_else(|| DEFAULT_OWNER.into());
+    let exchange_owner = f.exchange_owner.as_ref().and_then(|o| owner_name(o, diags));
+    if let (Some(theirs), Some(loc)) = (&exchange_owner, &f.exchange_owner)
+        && *theirs == owner
+    {
+        diags.push(
+            loc.diag(format!("`exchange_owner` names `{owner}`, this file's own owner"))
+                .label("not another owner")
+                .hint("drop `exchange_owner`: an owner's own exchanges need no leave to bind into"),
+        );
+    }
 
     let topology = Topology {
         name: name.value.clone(),
         vhost,
+        owner,
         exchange: exchange.value.as_str().into(),
+        exchange_owner,
         exchange_type,
         routing_keys,
         hop_delays,
@@ -731,6 +745,21 @@ fn idempotency_key(draft: &super::parse::KeyDraft, diags: &mut Vec<Diagnostic>) 
 /// How a diagnostic names an unsafe character.
 fn char_kind(c: char) -> &'static str {
     if c.is_control() { "control character" } else { "format character" }
+}
+
+/// An owner's name: it is part of the name of the global parameter that records what the owner
+/// made (`hopper-owner:OWNER:VHOST`), so a short word that cannot be mistaken for a separator.
+fn owner_name(o: &Loc<String>, diags: &mut Vec<Diagnostic>) -> Option<Owner> {
+    let fits = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    if !o.value.is_empty() && o.value.len() <= 64 && o.value.chars().all(fits) {
+        return Some(Owner::new(o.value.as_str()));
+    }
+    diags.push(
+        o.diag(format!("the owner name {:?} is not a short word", o.value))
+            .label("not an owner name")
+            .hint("an owner is 1 to 64 letters, digits, `-`, `_` or `.`, such as owner = \"payments\""),
+    );
+    None
 }
 
 /// What is wrong with a vhost name RabbitMQ or a terminal cannot take, if anything.

@@ -9,7 +9,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::model::{ExchangeName, QueueName};
+use crate::model::{ExchangeName, Owner, QueueName};
+
+/// The owner of a spec whose files do not name one.
+pub const DEFAULT_OWNER: &str = "default";
 
 /// The largest TTL RabbitMQ accepts (`rabbit_misc:check_expiry`): ten years in milliseconds.
 pub const MAX_TTL_MS: u128 = 315_360_000_000;
@@ -25,7 +28,13 @@ pub const DEFAULT_DELIVERY_LIMIT: i64 = 20;
 pub struct Topology {
     pub name: String,
     pub vhost: String,
+    /// Who applies it: its file's `owner`, else `DEFAULT_OWNER`.
+    pub owner: Owner,
     pub exchange: ExchangeName,
+    /// The owner of `exchange` when it is another's, said on purpose: the topology binds its
+    /// queue into that owner's exchange, and neither claims nor changes it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exchange_owner: Option<Owner>,
     pub exchange_type: ExchangeType,
     pub routing_keys: Vec<String>,
     /// The wait before each retry hop: `hop_delays[0]` follows the first failed delivery.

@@ -517,3 +517,37 @@ async fn an_unnamed_cluster_unproved_for_lack_of_the_monitoring_tag_is_refused()
     assert!(stderr.contains("two different brokers") && stderr.contains("`monitoring` tag"), "{stderr}");
     assert!(!stderr.contains("pw@"), "{stderr}");
 }
+
+/// An owner's record is the cluster's: written through node 1, it is read through node 2 while
+/// node 1 is stopped, and a second owner applying there is refused by it. With the cluster
+/// named and unnamed.
+async fn an_owners_record_outlives_the_node_it_was_written_on(named: bool) {
+    let _cluster = Cluster::take().await;
+    let _unnamed = (!named).then(Unnamed::clear);
+    let vhost = Vhost::new("cluster-owner").await;
+    let a = vhost.spec("a.toml", "owner = \"team-a\"\n[topology.orders]\ndelays = [\"5s\"]\nmax_attempts = 3\n");
+    let (code, report) = hopper_json(&[1], &["apply", &a]);
+    assert_eq!(code, Some(0), "{report:#}");
+    one(&report["vhosts"][0]["steps"], &json!({"action": "record", "owner": "team-a"}));
+    let parameter = format!("/global-parameters/{}", segment(&format!("hopper-owner:team-a:{}", vhost.name)));
+    let _down = Down::stop_app(1);
+    let record: Value = Api::new(&endpoint(2)).get(&parameter).await.unwrap();
+    assert_eq!(record["value"]["topologies"]["orders"]["queues"], json!(["orders", "orders.dlq", "orders.wait-5s"]));
+    let b = vhost.spec(
+        "b.toml",
+        "owner = \"team-b\"\n[topology.audit]\nexchange = \"orders.retry\"\nrouting_keys = [\"1\"]\ndelays = [\"5s\"]\nmax_attempts = 3\n",
+    );
+    let (code, report) = hopper_json(&[2, 3], &["apply", &b]);
+    assert_eq!(code, Some(3), "{report:#}");
+    one(&report["vhosts"][0]["steps"], &json!({"action": "conflict", "object": {"name": "orders.retry"}}));
+}
+
+#[tokio::test]
+async fn an_owners_record_outlives_its_node_named() {
+    an_owners_record_outlives_the_node_it_was_written_on(true).await;
+}
+
+#[tokio::test]
+async fn an_owners_record_outlives_its_node_unnamed() {
+    an_owners_record_outlives_the_node_it_was_written_on(false).await;
+}

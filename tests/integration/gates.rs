@@ -39,7 +39,7 @@ fn changes(report: &Value) -> Vec<Value> {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|s| ["create", "ensure", "unbind", "delete"].contains(&s["action"].as_str().unwrap()))
+        .filter(|s| ["create", "ensure", "unbind", "delete", "record"].contains(&s["action"].as_str().unwrap()))
         .cloned()
         .collect()
 }

@@ -17,6 +17,7 @@ mod gates;
 mod hazards;
 mod inspect;
 mod migrate;
+mod owners;
 mod props;
 mod prune;
 mod redrive;

@@ -368,7 +368,7 @@ async fn a_permission_refused_mid_migration_is_a_refusal(broker: Broker) {
     support::publish(&connection, "orders", "order.created", &ids).await;
     vhost.spec("orders.toml", &republish("quorum", "5s"));
     let user = support::unique("hopper-test-migrator");
-    support::create_user(broker, &user, "secret", "monitoring").await;
+    support::create_user(broker, &user, "secret", "monitoring,policymaker").await;
     support::set_permissions(broker, &vhost.name, &user, "^(?!hopper\\.migrating\\.).*", ".*", ".*").await;
     let amqp = broker.amqp().replace("guest:guest", &format!("{user}:secret"));
     let env = [("HOPPER_AMQP_URL", amqp.as_str()), ("HOPPER_MANAGEMENT_URL", broker.management())];

@@ -383,8 +383,10 @@ pub fn segment(name: &str) -> String {
 mod listing;
 use listing::BODY_HINT_CAP;
 mod read;
+mod records;
 #[cfg(test)]
 mod tests;
 
 pub use listing::{BindingInfo, ExchangeInfo, ListedArguments, NodeInfo, Overview, PolicyInfo, QueueInfo};
 pub use read::*;
+pub use records::write_record;

@@ -89,12 +89,14 @@ pub(super) async fn list_with(api: &Api, vhost: &str, stats: Stats) -> Result<Li
     // nodes they are judged against, on this task's thread. The bindings, slowest of all, go
     // first.
     let queues = async {
-        let (queues, policies, operator_policies, nodes) = tokio::join!(
+        let (queues, policies, operator_policies, nodes, parameters) = tokio::join!(
             api.get::<Vec<ListedQueue>>(&queues_path),
             api.get::<Vec<PolicyInfo>>(&paths[2]),
             api.get::<Vec<PolicyInfo>>(&paths[3]),
             api.get::<Vec<NodeInfo>>("/nodes?columns=name,running,mem_alarm,disk_free_alarm"),
+            api.get::<Vec<super::records::GlobalParameter>>("/global-parameters"),
         );
+        let records = super::records::of_vhost(parameters, vhost).map_err(err)?;
         let queues = queues.map_err(listing)?;
         let policies = applied(policies.map_err(listing)?);
         let operator_policies = applied(operator_policies.map_err(listing)?);
@@ -131,14 +133,14 @@ pub(super) async fn list_with(api: &Api, vhost: &str, stats: Stats) -> Result<Li
                 (q.name, queue)
             })
             .collect();
-        Ok((queues, nodes))
+        Ok((queues, nodes, records))
     };
     let (bindings, queues, exchanges) =
         tokio::join!(api.get::<ListedBindings>(&paths[1]), queues, api.get::<ListedExchanges>(&paths[0]));
     let (ListedExchanges(exchanges), ListedBindings(bindings)) =
         (exchanges.map_err(listing)?, bindings.map_err(listing)?);
-    let (queues, nodes) = queues?;
-    Ok(Live { exchanges, queues, bindings: Some(bindings), version: None, nodes })
+    let (queues, nodes, records) = queues?;
+    Ok(Live { exchanges, queues, bindings: Some(bindings), version: None, nodes, records })
 }
 
 pub(super) fn node(n: NodeInfo) -> Node {
@@ -221,10 +223,24 @@ pub async fn create_vhost(endpoint: &Endpoint, name: &str) -> Result<()> {
     api.put(&format!("/vhosts/{}", segment(name)), &body).await.map_err(|e| anyhow!(explain(&api, &e)))
 }
 
+/// Deletes a vhost and the owners' records of it (tests and quickstarts): RabbitMQ keeps a
+/// global parameter when the vhost goes, and a vhost made again under the name would inherit
+/// them.
 pub async fn delete_vhost(endpoint: &Endpoint, name: &str) -> Result<()> {
     let api = Api::new(endpoint);
     match api.delete(&format!("/vhosts/{}", segment(name))).await {
-        Ok(()) | Err(HttpError::Status { status: 404, .. }) => Ok(()),
-        Err(e) => Err(anyhow!(explain(&api, &e))),
+        Ok(()) | Err(HttpError::Status { status: 404, .. }) => {}
+        Err(e) => return Err(anyhow!(explain(&api, &e))),
     }
+    let listed = api.get::<Vec<super::records::GlobalParameter>>("/global-parameters").await;
+    if let Ok(crate::live::Records::Read(records)) = super::records::of_vhost(listed, name) {
+        for r in records {
+            let path = format!("/global-parameters/{}", segment(&crate::live::Record::parameter(&r.owner, name)));
+            match api.delete(&path).await {
+                Ok(()) | Err(HttpError::Status { status: 404, .. }) => {}
+                Err(e) => return Err(anyhow!(explain(&api, &e))),
+            }
+        }
+    }
+    Ok(())
 }
