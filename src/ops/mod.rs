@@ -114,11 +114,16 @@ pub(crate) async fn counting_session(
 
 /// The queues left over by earlier specs: whether `--prune` may delete one depends on its counts.
 pub(crate) fn left_over_queues(live: &Live, desired: &plan::Desired) -> Vec<QueueName> {
+    let retiring = desired.retiring_queues(live);
     live.queues
         .iter()
         .filter(|(name, queue)| {
             !desired.queues().contains(*name)
-                && desired.generators().generating(name).any(|t| plan::left_over(&t.topology, name, queue).is_some())
+                && (retiring.contains(*name)
+                    || desired
+                        .generators()
+                        .generating(name)
+                        .any(|t| plan::left_over(&t.topology, name, queue).is_some()))
         })
         .map(|(name, _)| name.clone())
         .collect()

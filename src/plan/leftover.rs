@@ -7,12 +7,25 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::index::Index;
 use super::{Desired, Options, Step};
 use crate::compile::GeneratedName;
-use crate::live::{Live, LiveQueue};
+use crate::live::{Claimed, Live, LiveQueue};
 use crate::model::{ArgValue, Binding, Destination, Key, QueueName, QueueType, arg};
 use crate::spec::Topology;
 
-/// The unbind, extra and delete steps for the vhost's left-overs.
-pub(super) fn steps(desired: &Desired, live: &Live, options: &Options, index: &Index) -> Vec<Step> {
+/// A topology its owner recorded that the spec no longer has: retired, its intake unbound and
+/// each of its queues deleted once empty and unused.
+pub(super) struct Retired<'a> {
+    pub topology: &'a str,
+    pub claimed: &'a Claimed,
+}
+
+/// The unbind, extra and delete steps for the vhost's left-overs and retired topologies.
+pub(super) fn steps(
+    desired: &Desired,
+    live: &Live,
+    options: &Options,
+    index: &Index,
+    retired: &[Retired],
+) -> Vec<Step> {
     let prune = options.prune;
     let mut steps = Vec::new();
     let (queues, wanted, routes) = (&desired.queues, &desired.keys, &desired.routes);
@@ -25,6 +38,12 @@ pub(super) fn steps(desired: &Desired, live: &Live, options: &Options, index: &I
         .filter_map(|(name, q)| {
             index.generating(name).find_map(|t| left_over(&t.topology, name, q).map(|g| (name, (g, q, &t.topology))))
         })
+        .collect();
+    // The queues of retired topologies that are still there, and the exchanges each recorded.
+    let retiring: BTreeMap<&QueueName, &Retired> = retired
+        .iter()
+        .flat_map(|r| r.claimed.queues.iter().map(move |q| (q, r)))
+        .filter(|(q, _)| live.queues.contains_key(*q) && !queues.contains(*q) && !left_overs.contains_key(*q))
         .collect();
 
     // Bindings hopper moves: from a topology's retry and dead-letter exchanges to its own queues,
@@ -45,10 +64,14 @@ pub(super) fn steps(desired: &Desired, live: &Live, options: &Options, index: &I
             // The last route of a live queue's dead letters (a left-over wait queue's return
             // binding) stays until that queue has gone, or what it holds would be dropped as it
             // expires. A route the spec replaces goes.
+            // A retired topology's binding between its own exchanges and queues: its intake, and
+            // its retry keys. The routes its wait queues and main queue dead-letter through
+            // stay (below), so that what they hold still reaches the next queue.
+            let retiring_binding = retiring.get(destination).is_some_and(|r| r.claimed.exchanges.contains(&b.source));
             let replaced = routes.contains(&(b.source.as_str(), b.routing_key.as_str()));
             let still_used =
                 index.dead_lettering_to(&b.source, &b.routing_key).iter().any(|name| **name != *destination);
-            if ours && (replaced || !still_used) {
+            if (ours || retiring_binding) && (replaced || !still_used) {
                 unbound.insert(b.clone());
                 steps.push(Step::Unbind { binding: b.clone() });
             }
@@ -58,7 +81,11 @@ pub(super) fn steps(desired: &Desired, live: &Live, options: &Options, index: &I
     // Where each live queue dead-letters once this plan is applied: a left-over queue something
     // still dead-letters into is never deleted, or its next messages would be dropped. Asked
     // only when something is left over: it walks every live queue.
-    let feeds = if left_overs.is_empty() { Vec::new() } else { dead_letter_targets(live, &unbound, index) };
+    let feeds = if left_overs.is_empty() && retiring.is_empty() {
+        Vec::new()
+    } else {
+        dead_letter_targets(live, &unbound, index)
+    };
     // Each queue's first feeder other than itself.
     let mut feeders: rustc_hash::FxHashMap<&QueueName, &QueueName> = rustc_hash::FxHashMap::default();
     for (from, to) in feeds.iter().filter(|(from, to)| from != to) {
@@ -98,6 +125,34 @@ pub(super) fn steps(desired: &Desired, live: &Live, options: &Options, index: &I
             kept_because,
         });
     }
+    for (name, retired) in &retiring {
+        let q = &live.queues[*name];
+        let fed_by = feeders.get(*name).map(|from| (*from).clone());
+        let (messages, consumers) = (q.messages.unwrap_or(1), q.consumers.unwrap_or(1));
+        let moves_on = q.arguments.as_ref().is_some_and(|a| a.get(arg::MESSAGE_TTL).is_some());
+        let kept_because = if let Some(from) = fed_by {
+            Kept::DeadLetteredInto { by: from }
+        } else if messages > 0 && moves_on {
+            Kept::Holds { messages }
+        } else if messages > 0 {
+            Kept::Retired { topology: retired.topology.to_string(), messages }
+        } else if consumers > 0 {
+            Kept::Consumed { consumers }
+        } else if !prune {
+            Kept::NotPruning
+        } else {
+            let quorum = q.arguments.as_ref().is_some_and(|a| QueueType::of(a) == QueueType::Quorum);
+            steps.push(Step::Delete { queue: (*name).clone(), broker_checks: !quorum });
+            continue;
+        };
+        steps.push(Step::Extra {
+            queue: (*name).clone(),
+            messages: q.messages,
+            consumers: q.consumers,
+            drains_into: drains_into(q, live, index),
+            kept_because,
+        });
+    }
     steps
 }
 
@@ -124,6 +179,11 @@ pub enum Kept {
     },
     /// Empty and unused, but `--prune` was not passed.
     NotPruning,
+    /// A queue of a retired topology that holds messages no TTL moves on.
+    Retired {
+        topology: String,
+        messages: u64,
+    },
 }
 
 impl std::fmt::Display for Kept {
@@ -141,6 +201,10 @@ impl std::fmt::Display for Kept {
             }
             Kept::Consumed { consumers } => write!(f, "it has {consumers} consumer(s)"),
             Kept::NotPruning => f.write_str("pass --prune to remove it, empty and unused as it is"),
+            Kept::Retired { topology, messages } => write!(
+                f,
+                "topology `{topology}` is retired and this queue holds {messages} message(s): consume them, move them to a queue that is consumed (the management UI's Move messages), or keep it; apply --prune deletes it once it is empty and unused"
+            ),
         }
     }
 }

@@ -385,6 +385,29 @@ impl<'t> Desired<'t> {
         }
     }
 
+    /// The queues of `retired` topologies: counted before planning, as left-overs are.
+    pub fn retiring_queues<'l>(&self, live: &'l Live) -> FxHashSet<&'l QueueName> {
+        self.retired(live).iter().flat_map(|r| r.claimed.queues.iter()).collect()
+    }
+
+    /// The topologies this spec's owners recorded in the vhost that the spec no longer has.
+    fn retired<'l>(&self, live: &'l Live) -> Vec<leftover::Retired<'l>> {
+        let Some(records) = live.records.read() else { return Vec::new() };
+        let mine = |r: &&Record| self.topologies.iter().any(|c| c.topology.owner == r.owner);
+        records
+            .iter()
+            .filter(mine)
+            .flat_map(|r| {
+                r.topologies
+                    .iter()
+                    .filter(|(name, _)| {
+                        !self.topologies.iter().any(|c| c.topology.owner == r.owner && c.topology.name == **name)
+                    })
+                    .map(|(topology, claimed)| leftover::Retired { topology, claimed })
+            })
+            .collect()
+    }
+
     pub fn queues(&self) -> &FxHashSet<&'t QueueName> {
         &self.queues
     }
@@ -396,7 +419,8 @@ impl<'t> Desired<'t> {
     pub fn plan(&self, vhost: &str, live: &Live, options: &Options) -> Plan {
         let index = Index::new(&self.owners, live);
         let mut steps: Vec<Step> = self.objects.iter().map(|o| step(o, live, vhost, &index, options)).collect();
-        let leftovers = leftover::steps(self, live, options, &index);
+        let retired = self.retired(live);
+        let leftovers = leftover::steps(self, live, options, &index, &retired);
         if live.bindings.is_none() {
             refuse_blind_moves(&index, live, &mut steps);
         }

@@ -190,6 +190,21 @@ pub fn updated(
         }
         record.topologies.insert(t.name.clone(), claimed);
     }
+    // A retired topology keeps what of it is still there, and leaves the record with its last
+    // queue: its exchanges stay on the broker, unclaimed (a producer may still publish there).
+    let in_spec =
+        |owner: &Owner, name: &str| topologies.iter().any(|c| c.topology.owner == *owner && c.topology.name == name);
+    for record in next.values_mut() {
+        let owner = record.owner.clone();
+        record.topologies.retain(|name, claimed| {
+            if in_spec(&owner, name) {
+                return true;
+            }
+            claimed.queues.retain(|q| live.queues.contains_key(q) && !deleted.contains(q));
+            claimed.exchanges.retain(|e| live.exchanges.contains_key(e));
+            !claimed.queues.is_empty()
+        });
+    }
     next.into_values().filter(|r| !records.contains(r)).collect()
 }
 
@@ -265,11 +280,20 @@ mod tests {
         );
         let mut live = Live { records: Records::Read(before), ..Live::default() };
         live.queues.insert("orders".into(), Default::default());
+        live.queues.insert("gone".into(), Default::default());
         let after = updated("/", &renamed.iter().collect::<Vec<_>>(), &live, &FxHashSet::default());
         let orders = &after[0].topologies["orders"];
         assert!(orders.queues.contains("orders") && orders.queues.contains("orders-v2"), "{orders:?}");
         assert!(!orders.queues.contains("orders.dlq"), "recorded, gone from the broker and the spec: dropped");
-        assert!(after[0].topologies.contains_key("gone"), "still to be retired");
+        let gone = &after[0].topologies["gone"];
+        assert_eq!(
+            gone.queues.iter().map(|q| q.as_str()).collect::<Vec<_>>(),
+            ["gone"],
+            "still to be retired: {gone:?}"
+        );
+        live.queues.remove("gone");
+        let after = updated("/", &renamed.iter().collect::<Vec<_>>(), &live, &FxHashSet::default());
+        assert!(!after[0].topologies.contains_key("gone"), "retired: its last queue went");
     }
 
     #[test]

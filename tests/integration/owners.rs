@@ -4,6 +4,8 @@
 
 use serde_json::{Value, json};
 
+use std::time::Duration;
+
 use hopper::broker::http::segment;
 
 use crate::support::{self, Broker, Vhost, on_every_broker};
@@ -118,4 +120,87 @@ async fn without_the_records_apply_changes_nothing(broker: Broker) {
     assert!(support::text(&dry.stdout).contains("needs the `policymaker` tag"), "{}", support::text(&dry.stdout));
 }
 
-on_every_broker!(a_second_owner_may_not_bind_into_the_first_owners_exchange, without_the_records_apply_changes_nothing);
+/// Runs `apply --prune` until `done` says so (a retirement takes a run per step it waits on).
+async fn prune_until(vhost: &Vhost, spec: &str, what: &str, done: impl AsyncFn() -> bool) -> Value {
+    let start = std::time::Instant::now();
+    loop {
+        let (code, report) = vhost.json(&["apply", "--prune", spec]);
+        assert_eq!(code, Some(0), "{report:#}");
+        if done().await {
+            return report;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "{what}: not after a minute of runs: {report:#}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// A topology its owner removed from the spec is retired by `apply --prune` without losing a
+/// message: its intake unbound first, its wait queue left to hand back what it holds, each
+/// queue deleted only once empty, the rest kept with its counts and how to get them; then it
+/// leaves the owner's record, and the vhost is in sync.
+async fn a_removed_topology_is_retired_without_losing_a_message(broker: Broker) {
+    let vhost = Vhost::new(broker, "owners-retire").await;
+    let both = format!("{TEAM_A}[topology.old]\ndelays = [\"1s\"]\nmax_attempts = 3\n");
+    let spec = vhost.spec("a.toml", &both);
+    let spec = spec.to_str().unwrap();
+    assert_eq!(vhost.json(&["apply", spec]).0, Some(0));
+    let connection = vhost.connect().await;
+    let ids = |p: &str, n: usize| (0..n).map(|i| format!("{p}-{i}")).collect::<Vec<_>>();
+    support::publish(&connection, "old", "old", &ids("main", 3)).await;
+    support::publish(&connection, "old.retry", "1", &ids("wait", 2)).await;
+    support::publish(&connection, "old.dlx", "old.dlq", &ids("dead", 2)).await;
+
+    vhost.spec("a.toml", TEAM_A);
+    let (code, diff) = vhost.json(&["diff", "--detailed-exitcode", spec]);
+    assert_eq!(code, Some(2), "drift: {diff:#}");
+    for queue in ["old", "old.wait-1s", "old.dlq"] {
+        support::one(support::objects(&diff), &json!({"status": "extra", "kind": "queue", "name": queue}));
+    }
+    let (code, report) = vhost.json(&["apply", "--prune", spec]);
+    assert_eq!(code, Some(0), "{report:#}");
+    support::one(
+        support::steps(&report),
+        &json!({"action": "unbind", "binding": {"source": "old", "destination": "old"}}),
+    );
+    assert!(bindings_into(broker, &vhost.name, "old").await.iter().all(|b| b["source"] != "old"), "intake unbound");
+    support::none(support::steps(&report), &json!({"action": "delete"}));
+
+    // The wait queue hands its two back to the main queue, then goes; the main queue keeps all
+    // five, and says how to get them.
+    support::wait_for_count(&connection, "old.wait-1s", 0, Duration::from_secs(20)).await;
+    prune_until(&vhost, spec, "the wait queue deleted", async || {
+        support::count(&connection, "old.wait-1s").await.is_none()
+    })
+    .await;
+    let (_, report) = vhost.json(&["apply", "--prune", spec]);
+    let kept = support::one(support::steps(&report), &json!({"action": "extra", "queue": "old", "messages": 5}));
+    assert!(kept["kept_because"].as_str().unwrap().contains("topology `old` is retired"), "{kept:#}");
+    let mut taken: Vec<String> =
+        support::drain(&connection, "old").await.iter().map(|m| support::message_id(&m.properties)).collect();
+    taken.sort();
+    assert_eq!(taken, [ids("main", 3), ids("wait", 2)].concat(), "every message of the main and wait queues");
+
+    // The main queue goes, then the dead-letter queue keeps its two until they are taken.
+    prune_until(&vhost, spec, "the main queue deleted", async || support::count(&connection, "old").await.is_none())
+        .await;
+    let (_, report) = vhost.json(&["apply", "--prune", spec]);
+    support::one(support::steps(&report), &json!({"action": "extra", "queue": "old.dlq", "messages": 2}));
+    let mut dead: Vec<String> =
+        support::drain(&connection, "old.dlq").await.iter().map(|m| support::message_id(&m.properties)).collect();
+    dead.sort();
+    assert_eq!(dead, ids("dead", 2));
+    prune_until(&vhost, spec, "the dead-letter queue deleted", async || {
+        support::count(&connection, "old.dlq").await.is_none()
+    })
+    .await;
+    let recorded = record(broker, "team-a", &vhost.name).await.expect("team A's record");
+    assert!(recorded["topologies"].get("old").is_none(), "retired: {recorded:#}");
+    assert!(recorded["topologies"].get("orders").is_some());
+    assert_eq!(vhost.json(&["diff", "--detailed-exitcode", spec]).0, Some(0));
+}
+
+on_every_broker!(
+    a_second_owner_may_not_bind_into_the_first_owners_exchange,
+    without_the_records_apply_changes_nothing,
+    a_removed_topology_is_retired_without_losing_a_message,
+);
