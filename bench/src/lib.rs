@@ -1686,3 +1686,47 @@ mod tests {
         assert!(result.inspect.samples.is_empty(), "a read with fewer samples keeps them");
     }
 }
+
+#[cfg(test)]
+mod merge_tests {
+    use super::*;
+
+    fn report(broker: &str, sizes: &[usize], commit: &str) -> Report {
+        Report {
+            broker: broker.into(),
+            version: String::new(),
+            queue_type: "classic".into(),
+            repeats: 3,
+            fresh: 1,
+            sizes: sizes.iter().map(|n| SizeResult { topologies: *n, ..Default::default() }).collect(),
+            failure: None,
+            machine: Machine::default(),
+            commit: commit.into(),
+            date: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_run_of_some_sizes_replaces_those_and_keeps_the_others() {
+        let mut data = page::Data {
+            curves: vec![report("4.3", &[500, 2000], "old"), report("4.0", &[500], "old")],
+            ..Default::default()
+        };
+        data.merge(page::Data { curves: vec![report("4.3", &[10000], "new")], ..Default::default() });
+        let runs: Vec<(String, Vec<usize>, String)> = data
+            .curves
+            .iter()
+            .map(|r| (r.broker.clone(), r.sizes.iter().map(|s| s.topologies).collect(), r.commit.clone()))
+            .collect();
+        assert_eq!(
+            runs,
+            [
+                ("4.0".to_string(), vec![500], "old".to_string()),
+                ("4.3".to_string(), vec![500, 2000], "old".to_string()),
+                ("4.3".to_string(), vec![10000], "new".to_string())
+            ]
+        );
+        data.merge(page::Data { curves: vec![report("4.3", &[500, 2000, 10000], "newer")], ..Default::default() });
+        assert_eq!(data.curves.iter().filter(|r| r.broker == "4.3").count(), 1, "every size replaced");
+    }
+}
