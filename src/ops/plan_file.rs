@@ -160,15 +160,14 @@ impl PlanFile {
 /// SHA-256 over each file's path and text, each length-prefixed so that no two lists of files
 /// give the same bytes.
 fn digest(files: &[(PathBuf, String)]) -> String {
-    use sha2::{Digest, Sha256};
-    let mut hasher = Sha256::new();
+    let mut hasher = ring::digest::Context::new(&ring::digest::SHA256);
     for (path, text) in files {
         let path = path.to_string_lossy();
         for part in [path.as_bytes(), text.as_bytes()] {
-            hasher.update((part.len() as u64).to_le_bytes());
+            hasher.update(&(part.len() as u64).to_le_bytes());
             hasher.update(part);
         }
     }
-    let hex: String = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    let hex: String = hasher.finish().as_ref().iter().map(|b| format!("{b:02x}")).collect();
     format!("sha256:{hex}")
 }

@@ -6,9 +6,9 @@
 //! not depend on them except for `--prune`'s deletions, which `apply --plan` checks by comparing
 //! the steps themselves (and the broker checks again as it deletes).
 
+use ring::digest::{Context, SHA256};
 use serde::Serialize;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 use crate::compile::CompiledTopology;
 use crate::live::{Live, LiveExchange, LiveQueue};
@@ -297,14 +297,14 @@ fn canonical_map<'a, V: 'a>(
 }
 
 fn streamed(write: impl FnOnce(&mut Hasher)) -> String {
-    let mut hasher = Hasher(Sha256::new());
+    let mut hasher = Hasher(Context::new(&SHA256));
     write(&mut hasher);
     hex(hasher)
 }
 
 fn hex(hasher: Hasher) -> String {
-    let digest = hasher.0.finalize();
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    let digest = hasher.0.finish();
+    let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
     format!("sha256:{hex}")
 }
 
@@ -314,7 +314,7 @@ fn hash(value: &Value) -> String {
     streamed(|out| canonical(value, out))
 }
 
-struct Hasher(Sha256);
+struct Hasher(Context);
 
 impl std::io::Write for Hasher {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {

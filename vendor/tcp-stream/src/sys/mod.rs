@@ -1,0 +1,5 @@
+#[cfg(unix)]
+mod unix;
+
+#[cfg(windows)]
+mod windows;
