@@ -1116,55 +1116,7 @@ impl Run<'_> {
             let stride = strides[round % strides.len()];
             for which in (0..reads_a_round).map(|i| (i * stride + round) % reads_a_round) {
                 *hurried += usize::from(hurried_read());
-                match which {
-                    0 => result.noop.samples.push(self.hopper_step(
-                        &["apply", "--vhost", applied, specs_arg],
-                        &[0],
-                        Some("No changes"),
-                    )?),
-                    1 => result.diff.samples.push(self.hopper_step(
-                        &["diff", "--vhost", applied, specs_arg],
-                        &[0],
-                        None,
-                    )?),
-                    2 => result.dry_run.samples.push(self.hopper_step(
-                        &["apply", "--dry-run", "--vhost", applied, specs_arg],
-                        &[0],
-                        Some("Dry run"),
-                    )?),
-                    3 => result.inspect.samples.push(self.hopper_step(
-                        &["inspect", "--vhost", applied],
-                        &[0, 1],
-                        None,
-                    )?),
-                    4 => {
-                        // The reference, then, after a quiet half second of its own, the same on
-                        // connections kept from the round before.
-                        for (connections, step) in [
-                            (Connections::New, &mut result.listing),
-                            (Connections::KeptAlive, &mut result.listing_kept_alive),
-                        ] {
-                            if connections == Connections::KeptAlive {
-                                *hurried += usize::from(hurried_read());
-                            }
-                            let (took, seen) = self.http.listing(applied, connections)?;
-                            step.samples.push(Sample { secs: took.as_secs_f64(), peak_mb: None, cpu: None });
-                            if seen.0 != expected.0 || seen.2 < expected.2 {
-                                bail!("the listing of {applied} saw {seen:?}, expected {expected:?}");
-                            }
-                        }
-                    }
-                    _ => {
-                        let (build, noop) = ((which - 5) / 2, (which - 5) % 2 == 0);
-                        let binary = &options.against[build];
-                        let (step, args) = if noop {
-                            (&mut result.against[build].noop, ["apply", "--vhost", applied, specs_arg])
-                        } else {
-                            (&mut result.against[build].diff, ["diff", "--vhost", applied, specs_arg])
-                        };
-                        step.samples.push(self.step_of(binary, &args, &[0], noop.then_some("No changes"))?);
-                    }
-                }
+                *hurried += self.read_once(which, applied, specs_arg, expected, result, &hurried_read)?;
             }
             Ok(())
         };
@@ -1195,6 +1147,63 @@ impl Run<'_> {
             ));
         }
         Ok(())
+    }
+
+    /// One read of a round, by its number: the no-op apply, diff, dry run, inspect, the listings,
+    /// then each other build's no-op apply and diff. Returns how many of its own waits for a
+    /// quiet machine ended before it was quiet (the listing kept alive waits once more).
+    fn read_once(
+        &self,
+        which: usize,
+        applied: &str,
+        specs_arg: &str,
+        expected: (usize, usize, usize),
+        result: &mut SizeResult,
+        hurried_read: &dyn Fn() -> bool,
+    ) -> Result<usize> {
+        let options = self.options;
+        let mut hurried = 0;
+        match which {
+            0 => result.noop.samples.push(self.hopper_step(
+                &["apply", "--vhost", applied, specs_arg],
+                &[0],
+                Some("No changes"),
+            )?),
+            1 => result.diff.samples.push(self.hopper_step(&["diff", "--vhost", applied, specs_arg], &[0], None)?),
+            2 => result.dry_run.samples.push(self.hopper_step(
+                &["apply", "--dry-run", "--vhost", applied, specs_arg],
+                &[0],
+                Some("Dry run"),
+            )?),
+            3 => result.inspect.samples.push(self.hopper_step(&["inspect", "--vhost", applied], &[0, 1], None)?),
+            4 => {
+                // The reference, then, after a quiet half second of its own, the same on
+                // connections kept from the round before.
+                for (connections, step) in
+                    [(Connections::New, &mut result.listing), (Connections::KeptAlive, &mut result.listing_kept_alive)]
+                {
+                    if connections == Connections::KeptAlive {
+                        hurried += usize::from(hurried_read());
+                    }
+                    let (took, seen) = self.http.listing(applied, connections)?;
+                    step.samples.push(Sample { secs: took.as_secs_f64(), peak_mb: None, cpu: None });
+                    if seen.0 != expected.0 || seen.2 < expected.2 {
+                        bail!("the listing of {applied} saw {seen:?}, expected {expected:?}");
+                    }
+                }
+            }
+            _ => {
+                let (build, noop) = ((which - 5) / 2, (which - 5).is_multiple_of(2));
+                let binary = &options.against[build];
+                let (step, args) = if noop {
+                    (&mut result.against[build].noop, ["apply", "--vhost", applied, specs_arg])
+                } else {
+                    (&mut result.against[build].diff, ["diff", "--vhost", applied, specs_arg])
+                };
+                step.samples.push(self.step_of(binary, &args, &[0], noop.then_some("No changes"))?);
+            }
+        }
+        Ok(hurried)
     }
 
     /// Measured: `rabbitmqctl import_definitions` of the same objects.

@@ -125,7 +125,21 @@ pub(super) fn steps(
             kept_because,
         });
     }
-    for (name, retired) in &retiring {
+    retire(&retiring, live, &feeders, index, prune, &mut steps);
+    steps
+}
+
+/// The queues of retired topologies: each deleted with `--prune` once empty, unused and no
+/// longer dead-lettered into; else kept, saying why.
+fn retire(
+    retiring: &BTreeMap<&QueueName, &Retired>,
+    live: &Live,
+    feeders: &rustc_hash::FxHashMap<&QueueName, &QueueName>,
+    index: &Index,
+    prune: bool,
+    steps: &mut Vec<Step>,
+) {
+    for (name, retired) in retiring {
         let q = &live.queues[*name];
         let fed_by = feeders.get(*name).map(|from| (*from).clone());
         let (messages, consumers) = (q.messages.unwrap_or(1), q.consumers.unwrap_or(1));
@@ -153,7 +167,6 @@ pub(super) fn steps(
             kept_because,
         });
     }
-    steps
 }
 
 /// Why a left-over queue is kept rather than deleted. Unknown counts are taken as one, as the
