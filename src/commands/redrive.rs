@@ -20,7 +20,8 @@ Examples:
   hopper redrive topologies/orders.toml --dry-run           what would move, by first death
   hopper redrive topologies/ --topology orders              every dead letter of `orders`
   hopper redrive topologies/ --reason rejected --older-than 1h --max 500 --rate 100
-  hopper redrive topologies/ --id 7f3c... --id 91ab...")]
+  hopper redrive topologies/ --id 7f3c... --id 91ab...
+  hopper redrive topologies/ --topology orders --from-queue orders.parked   a renamed DLQ")]
 pub struct Args {
     #[command(flatten)]
     pub spec: SpecArgs,
@@ -29,6 +30,11 @@ pub struct Args {
     /// Only these topologies of the spec [default: all of them].
     #[arg(long, value_name = "NAME")]
     pub topology: Vec<String>,
+    /// Take the dead letters from this queue instead of the topology's dead-letter queue: one
+    /// the spec no longer names, after a rename (one topology only; never a queue the spec
+    /// still uses for something else).
+    #[arg(long, value_name = "QUEUE")]
+    pub from_queue: Option<String>,
     /// Only dead letters whose first death had this reason (repeatable).
     #[arg(long, value_parser = reason, value_name = "rejected|expired|maxlen|delivery_limit")]
     pub reason: Vec<Reason>,
@@ -106,7 +112,7 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
             known.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
         );
     }
-    let targets = spec
+    let mut targets: Vec<Target> = spec
         .topologies()
         .filter(|t| args.topology.is_empty() || args.topology.contains(&t.name))
         .map(|t| Target {
@@ -116,6 +122,26 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
             main_queue: t.queue.clone(),
         })
         .collect();
+    if let Some(from) = &args.from_queue {
+        let [target] = targets.as_mut_slice() else {
+            bail!(
+                "--from-queue names one queue to redrive into one topology, and {} topologies are selected; name one with --topology",
+                targets.len()
+            );
+        };
+        // Taking from a queue the spec still uses (a wait queue, a main queue) would skip its
+        // delays or steal another flow's messages.
+        let used = spec.compiled.iter().filter(|c| c.topology.vhost == target.vhost).find_map(|c| {
+            c.queue(from).filter(|_| *from != *target.dead_letter_queue).map(|_| c.topology.name.clone())
+        });
+        if let Some(topology) = used {
+            bail!(
+                "--from-queue `{}`: topology `{topology}` of the spec uses that queue; redrive takes dead letters only from a queue the spec no longer uses, or from the topology's dead-letter queue (leave --from-queue out)",
+                output::safe(from)
+            );
+        }
+        target.dead_letter_queue = from.as_str().into();
+    }
     let request = Request {
         targets,
         filter: Filter {

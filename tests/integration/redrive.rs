@@ -785,7 +785,41 @@ on_every_broker!(
     mixed_sizes_and_filtered_runs_stay_within_the_bound,
     a_second_run_is_refused_while_one_runs,
     a_lock_the_user_may_not_take_is_named,
+    a_renamed_dead_letter_queue_is_redriven_by_name,
 );
+
+/// After its dead-letter queue was renamed, the old one still holds what died before:
+/// `--from-queue` redrives it into the topology's main queue. A queue the spec still uses
+/// (a wait queue) is refused, as is one queue for two topologies.
+async fn a_renamed_dead_letter_queue_is_redriven_by_name(broker: Broker) {
+    let vhost = Vhost::new(broker, "redrive-from-queue").await;
+    let spec =
+        vhost.spec("orders.toml", &format!("{}dead_letter_queue = \"orders.parked\"\n", topology("orders", "classic")));
+    let spec = spec.to_str().unwrap().to_string();
+    assert_eq!(vhost.json(&["apply", &spec]).0, Some(0));
+    let connection = vhost.connect().await;
+    reject_into(&connection, "orders", &ids("old", 3), "orders.parked", 3).await;
+    // The main queue's dead-letter routing key changes with the name: a migration.
+    vhost.spec("orders.toml", &topology("orders", "classic"));
+    assert_eq!(vhost.json(&["apply", "--migrate", &spec]).0, Some(0));
+    let (code, report) = vhost.json(&["redrive", &spec]);
+    assert_eq!((code, &topology_report(&report, "orders")["moved"]), (Some(0), &json!(0)), "the new one is empty");
+
+    let (code, report) = vhost.json(&["redrive", &spec, "--from-queue", "orders.parked"]);
+    assert_eq!(code, Some(0), "{report:#}");
+    let t = topology_report(&report, "orders");
+    assert_eq!((&t["dead_letter_queue"], &t["moved"]), (&json!("orders.parked"), &json!(3)), "{t:#}");
+    assert_eq!(support::count(&connection, "orders.parked").await, Some(0));
+    assert_eq!(ids_of(&look(&connection, "orders", 3).await), ids("old", 3));
+
+    let out = vhost.hopper(&["redrive", &spec, "--from-queue", "orders.wait-1h"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(support::text(&out.stderr).contains("uses that queue"), "{}", support::text(&out.stderr));
+    let two = vhost.spec("two.toml", &format!("{}{}", topology("orders", "classic"), topology("audit", "classic")));
+    let out = vhost.hopper(&["redrive", two.to_str().unwrap(), "--from-queue", "orders.parked"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(support::text(&out.stderr).contains("name one with --topology"), "{}", support::text(&out.stderr));
+}
 
 /// What giving a message back costs on a quorum queue, by release (the reason a redrive cancels
 /// its consumer and then gives back with one `basic.nack`, never by closing its channel): up to
