@@ -56,6 +56,12 @@ pub struct Args {
     /// queue without consumers; killed at any point, the next run finishes it.
     #[arg(long)]
     pub migrate: bool,
+    /// Every consumer runs the spec's retry contract: retry keys the spec no longer has
+    /// (max_attempts lowered, jitter added, another strategy) may be unbound. Until then they
+    /// stay routed to their wait queues, so that no consumer on the old contract has a retry
+    /// returned (docs/applying.md).
+    #[arg(long)]
+    pub consumers_upgraded: bool,
     /// About what a migration (and a left-over queue's move) holds of message bodies at once:
     /// `64MiB`, `512KiB`, `1GB`. A message larger than half of it moves alone; messages are
     /// taken one by one, so it holds whatever their sizes (docs/migrate.md).
@@ -118,6 +124,7 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
         dry_run: args.dry_run,
         prune: args.prune,
         migrate: args.migrate,
+        consumers_upgraded: args.consumers_upgraded,
         budget: args.max_bytes_in_flight,
         amqp_only: args.amqp_only,
         expect: None,
@@ -130,7 +137,12 @@ pub fn run(args: Args, format: Format) -> Result<Exit> {
         if report.conflicts() > 0 {
             eprintln!("error: no plan written to {}: a plan with a conflict cannot be applied", out.display());
         } else {
-            PlanFile::new(&report, files, args.prune, args.migrate, args.vhost.clone()).write(out)?;
+            let flags = ops::plan_file::Flags {
+                prune: args.prune,
+                migrate: args.migrate,
+                consumers_upgraded: args.consumers_upgraded,
+            };
+            PlanFile::new(&report, files, flags, args.vhost.clone()).write(out)?;
             output::narrate(|| format!("plan written to {}", out.display()));
         }
     }
@@ -168,6 +180,7 @@ fn run_saved(args: &Args, path: &std::path::Path, format: Format) -> Result<Exit
         dry_run: false,
         prune: saved.prune,
         migrate: saved.migrate,
+        consumers_upgraded: saved.consumers_upgraded,
         budget: args.max_bytes_in_flight,
         amqp_only: args.amqp_only,
         expect: Some(saved.expected()),

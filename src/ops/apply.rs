@@ -16,6 +16,8 @@ pub struct Request {
     pub dry_run: bool,
     pub prune: bool,
     pub migrate: bool,
+    /// Every consumer runs the spec's contract (`plan::Options::consumers_upgraded`).
+    pub consumers_upgraded: bool,
     /// What a migration's moves hold of message bodies at once at most.
     pub budget: Budget,
     /// Read over AMQP alone, never the management API: only when asked, never as a fallback.
@@ -460,7 +462,12 @@ impl Run<'_> {
     /// Options for planning, with the management API named only where it answered.
     fn options(&self, read_from: ReadFrom) -> Options {
         let admin = (read_from == ReadFrom::ManagementApi).then(|| self.endpoint.admin());
-        Options { prune: self.request.prune, admin, migrate: self.request.migrate }
+        Options {
+            prune: self.request.prune,
+            admin,
+            migrate: self.request.migrate,
+            consumers_upgraded: self.request.consumers_upgraded,
+        }
     }
 
     /// Plans one vhost from its reading (over AMQP when there is none: --amqp-only), with its

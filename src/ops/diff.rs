@@ -155,7 +155,8 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)]) -> 
     let vhosts: Vec<&str> = by_vhost.iter().map(|(v, _)| *v).collect();
     let desired: Vec<plan::Desired> = by_vhost.iter().map(|(_, t)| plan::Desired::new(t)).collect();
     let plans = super::runtime()?.block_on(async {
-        let options = Options { prune: false, admin: Some(endpoint.admin()), migrate: false };
+        let options =
+            Options { prune: false, admin: Some(endpoint.admin()), migrate: false, consumers_upgraded: false };
         let cannot = |e: anyhow::Error| {
             anyhow::anyhow!("hopper diff reads the broker through the management API and cannot: {e:#}")
         };

@@ -31,6 +31,9 @@ pub struct PlanFile {
     /// `--migrate` as given: the plan's migrations are carried out with it.
     #[serde(default)]
     pub migrate: bool,
+    /// `--consumers-upgraded` as given.
+    #[serde(default)]
+    pub consumers_upgraded: bool,
     /// `--vhost` as given when the plan was made.
     pub vhost_override: Option<String>,
     /// Every spec file, as read.
@@ -62,15 +65,18 @@ pub struct PlannedVhost {
     pub objects: Option<Vec<crate::plan::fingerprint::SeenObject>>,
 }
 
+/// The flags of `apply` that change what it plans, kept with the plan.
+#[derive(Debug, Clone, Copy)]
+pub struct Flags {
+    pub prune: bool,
+    pub migrate: bool,
+    pub consumers_upgraded: bool,
+}
+
 impl PlanFile {
     /// The plan of a dry run, with the spec files it was made from.
-    pub fn new(
-        report: &Report,
-        spec: Vec<(PathBuf, String)>,
-        prune: bool,
-        migrate: bool,
-        vhost_override: Option<String>,
-    ) -> Self {
+    pub fn new(report: &Report, spec: Vec<(PathBuf, String)>, flags: Flags, vhost_override: Option<String>) -> Self {
+        let Flags { prune, migrate, consumers_upgraded } = flags;
         PlanFile {
             schema_version: SCHEMA_VERSION,
             kind: KIND.to_string(),
@@ -78,6 +84,7 @@ impl PlanFile {
             cluster_name: report.cluster_name.clone(),
             prune,
             migrate,
+            consumers_upgraded,
             vhost_override,
             spec_digest: Some(digest(&spec)),
             spec: spec.into_iter().map(|(path, text)| SpecFile { path, text }).collect(),

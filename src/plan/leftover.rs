@@ -9,7 +9,7 @@ use super::{Desired, Options, Step};
 use crate::compile::GeneratedName;
 use crate::live::{Claimed, Live, LiveQueue};
 use crate::model::{ArgValue, Binding, Destination, Key, QueueName, QueueType, arg};
-use crate::spec::Topology;
+use crate::spec::{Strategy, Topology};
 
 /// A topology its owner recorded that the spec no longer has: retired, its intake unbound and
 /// each of its queues deleted once empty and unused.
@@ -50,6 +50,8 @@ pub(super) fn steps(
     // and from its main exchange to its main queue. Anything else bound there (an audit queue on
     // the main exchange) belongs to someone else.
     let mut unbound = BTreeSet::new();
+    // Queues a retry key of the old contract still routes into: kept with it.
+    let mut old_contract: BTreeMap<&QueueName, &str> = BTreeMap::new();
     if let Some(bindings) = &live.bindings {
         for b in bindings.iter().filter(|b| !wanted.contains(&Key::Binding(b))) {
             let Destination::Queue(destination) = &b.destination else { continue };
@@ -71,6 +73,30 @@ pub(super) fn steps(
             let replaced = routes.contains(&(b.source.as_str(), b.routing_key.as_str()));
             let still_used =
                 index.dead_lettering_to(&b.source, &b.routing_key).iter().any(|name| **name != *destination);
+            // A retry key the spec no longer has (max_attempts lowered, jitter added, another
+            // strategy): a consumer still on the old contract publishes retries with it, and
+            // unbound they would come back to it (`mandatory`) and be requeued at once, a loop
+            // with no back-off. Kept until the user says every consumer runs the new contract.
+            let retry_key = ours
+                && !replaced
+                && !options.consumers_upgraded
+                && index.moving_bindings_of(&b.source).iter().any(|c| {
+                    let t = &c.topology;
+                    // Only republish consumers publish to the retry exchange; in a chain the
+                    // broker does, by the queues' own arguments.
+                    b.source == t.retry_exchange && *destination != t.queue && t.strategy == Strategy::Republish
+                });
+            if retry_key && !still_used {
+                old_contract.insert(destination, b.routing_key.as_str());
+                steps.push(Step::InSync {
+                    object: crate::model::Object::Binding(b.clone()),
+                    note: Some(format!(
+                        "kept for consumers still on the old contract, which publish retries with key {:?}; once every consumer runs the new one, apply --consumers-upgraded removes it",
+                        b.routing_key.as_str()
+                    )),
+                });
+                continue;
+            }
             if (ours || retiring_binding) && (replaced || !still_used) {
                 unbound.insert(b.clone());
                 steps.push(Step::Unbind { binding: b.clone() });
@@ -102,7 +128,9 @@ pub(super) fn steps(
             steps.push(Step::MoveMessages { from: (*name).clone(), to: topology.queue.clone(), messages });
             continue;
         }
-        let kept_because = if messages > 0 && work {
+        let kept_because = if let Some(key) = old_contract.get(*name) {
+            Kept::OldContract { key: key.to_string() }
+        } else if messages > 0 && work {
             Kept::Unconsumed { messages, main_queue: topology.queue.clone() }
         } else if let Some(from) = fed_by {
             Kept::DeadLetteredInto { by: from }
@@ -192,6 +220,10 @@ pub enum Kept {
     },
     /// Empty and unused, but `--prune` was not passed.
     NotPruning,
+    /// A retry key of the old contract still routes into it (`Options::consumers_upgraded`).
+    OldContract {
+        key: String,
+    },
     /// A queue of a retired topology that holds messages no TTL moves on.
     Retired {
         topology: String,
@@ -214,6 +246,10 @@ impl std::fmt::Display for Kept {
             }
             Kept::Consumed { consumers } => write!(f, "it has {consumers} consumer(s)"),
             Kept::NotPruning => f.write_str("pass --prune to remove it, empty and unused as it is"),
+            Kept::OldContract { key } => write!(
+                f,
+                "retry key {key:?} of the old contract still routes into it; once every consumer runs the new one, apply --consumers-upgraded removes both"
+            ),
             Kept::Retired { topology, messages } => write!(
                 f,
                 "topology `{topology}` is retired and this queue holds {messages} message(s): consume them, move them to a queue that is consumed (the management UI's Move messages), or keep it; apply --prune deletes it once it is empty and unused"

@@ -339,6 +339,10 @@ pub struct Options {
     pub admin: Option<Admin>,
     /// Migrate queues whose arguments cannot change in place, instead of refusing.
     pub migrate: bool,
+    /// Every consumer runs the spec's contract: retry keys the spec no longer has may go.
+    /// Until then they stay routed to their wait queues, so that a consumer still on the old
+    /// contract never has a retry returned.
+    pub consumers_upgraded: bool,
 }
 
 /// A management API's address (without credentials) and the user hopper signs in as.

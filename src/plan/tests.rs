@@ -7,7 +7,7 @@ use crate::policy::AppliedPolicy;
 use crate::spec;
 
 fn prune(prune: bool) -> Options {
-    Options { prune, admin: None, migrate: false }
+    Options { prune, admin: None, migrate: false, consumers_upgraded: false }
 }
 
 fn compiled(toml: &str) -> Vec<CompiledTopology> {

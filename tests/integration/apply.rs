@@ -193,4 +193,57 @@ on_every_broker!(
     amqp_only,
     dry_run_changes_nothing,
     missing_vhost_is_a_clear_error,
+    retry_keys_stay_routed_until_consumers_are_upgraded,
 );
+
+/// Lowering max_attempts or adding jitter removes retry keys a consumer on the old contract
+/// still publishes: they stay routed to their wait queues (a retry is never returned), the plan
+/// says so, and `--consumers-upgraded` lets them go.
+async fn retry_keys_stay_routed_until_consumers_are_upgraded(broker: Broker) {
+    let vhost = Vhost::new(broker, "contract").await;
+    let spec_of = |extra: &str| {
+        format!(
+            "[topology.orders]\nqueue_type = \"classic\"\ndelays = [\"1h\", \"2h\", \"3h\"]\nmax_attempts = 4\n{extra}"
+        )
+    };
+    let spec = vhost.spec("orders.toml", &spec_of(""));
+    let spec = spec.to_str().unwrap();
+    assert_eq!(vhost.json(&["apply", spec]).0, Some(0));
+    let connection = vhost.connect().await;
+
+    // One hop fewer, and jitter: keys 1 to 3 become 1.1 ... 2.5.
+    let fewer = spec_of("jitter = 0.2\n").replace("max_attempts = 4", "max_attempts = 3").replace(", \"3h\"", "");
+    vhost.spec("orders.toml", &fewer);
+    let (code, report) = vhost.json(&["apply", "--prune", spec]);
+    assert_eq!(code, Some(0), "{report:#}");
+    support::none(support::steps(&report), &json!({"action": "unbind"}));
+    for key in ["1", "2", "3"] {
+        let kept = support::one(
+            support::steps(&report),
+            &json!({"action": "in_sync", "object": {"object": "binding", "source": "orders.retry", "routing_key": key}}),
+        );
+        assert!(kept["note"].as_str().unwrap().contains("--consumers-upgraded"), "{kept:#}");
+    }
+    let wait = support::one(support::steps(&report), &json!({"action": "extra", "queue": "orders.wait-3h"}));
+    assert!(wait["kept_because"].as_str().unwrap().contains("retry key \"3\" of the old contract"), "{wait:#}");
+    // A consumer on the old contract: its retries are routed (publish checks), none returned.
+    for key in ["1", "2", "3"] {
+        support::publish(&connection, "orders.retry", key, &[format!("old-{key}")]).await;
+    }
+    let table = support::text(&vhost.hopper(&["apply", "--prune", spec]).stdout);
+    assert!(table.contains("kept for consumers still on the old contract"), "{table}");
+
+    // Upgraded: the old keys go, and the old wait queues once they are empty.
+    for q in ["orders.wait-1h", "orders.wait-2h", "orders.wait-3h"] {
+        support::drain(&connection, q).await;
+    }
+    let (code, report) = vhost.json(&["apply", "--prune", "--consumers-upgraded", spec]);
+    assert_eq!(code, Some(0), "{report:#}");
+    for key in ["1", "2", "3"] {
+        support::one(
+            support::steps(&report),
+            &json!({"action": "unbind", "binding": {"source": "orders.retry", "routing_key": key}}),
+        );
+    }
+    support::one(support::steps(&report), &json!({"action": "delete", "queue": "orders.wait-3h"}));
+}
