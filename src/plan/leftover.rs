@@ -82,9 +82,12 @@ pub(super) fn steps(
                 && !options.consumers_upgraded
                 && index.moving_bindings_of(&b.source).iter().any(|c| {
                     let t = &c.topology;
-                    // Only republish consumers publish to the retry exchange; in a chain the
-                    // broker does, by the queues' own arguments.
-                    b.source == t.retry_exchange && *destination != t.queue && t.strategy == Strategy::Republish
+                    // Only republish consumers publish to the retry exchange, and only into wait
+                    // queues; in a chain the broker does, by the queues' own arguments, and its
+                    // routes into attempt queues are no consumer's.
+                    b.source == t.retry_exchange
+                        && t.strategy == Strategy::Republish
+                        && matches!(t.generated_name(destination), Some(GeneratedName::Wait { hop: None }))
                 });
             if retry_key && !still_used {
                 old_contract.insert(destination, b.routing_key.as_str());
