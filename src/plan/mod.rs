@@ -424,12 +424,11 @@ impl<'t> Desired<'t> {
         let index = Index::new(&self.owners, live);
         let mut steps: Vec<Step> = self.objects.iter().map(|o| step(o, live, vhost, &index, options)).collect();
         let retired = self.retired(live);
-        let leftovers = leftover::steps(self, live, options, &index, &retired);
+        let mut leftovers = leftover::steps(self, live, options, &index, &retired);
         if live.bindings.is_none() {
             refuse_blind_moves(&index, live, &mut steps);
         }
         check_migrations(live, &index, options, &mut steps);
-        let mut leftovers = leftovers;
         if let Some(records) = live.records.read() {
             refuse_what_others_own(self.topologies, &self.objects, records, &mut steps);
             leave_what_others_own(self.topologies, records, &mut leftovers);

@@ -42,9 +42,10 @@ pub fn claimed(c: &CompiledTopology) -> Claimed {
     claimed
 }
 
-/// Each recorded exchange and queue of an owner, by kind and name: the owner and its topology.
+/// Each recorded exchange and queue, by kind and name: every owner that recorded it, with its
+/// topology (two, when two owners applied at the same moment).
 pub struct Claims<'a> {
-    by_name: FxHashMap<(ObjectKind, &'a str), (&'a Owner, &'a str)>,
+    by_name: FxHashMap<(ObjectKind, &'a str), Vec<(&'a Owner, &'a str)>>,
 }
 
 impl<'a> Claims<'a> {
@@ -53,11 +54,13 @@ impl<'a> Claims<'a> {
         let mut by_name = FxHashMap::default();
         for r in records {
             for (topology, claimed) in &r.topologies {
-                for e in &claimed.exchanges {
-                    by_name.entry((ObjectKind::Exchange, e.as_str())).or_insert((&r.owner, topology.as_str()));
-                }
-                for q in &claimed.queues {
-                    by_name.entry((ObjectKind::Queue, q.as_str())).or_insert((&r.owner, topology.as_str()));
+                let names = claimed
+                    .exchanges
+                    .iter()
+                    .map(|e| (ObjectKind::Exchange, e.as_str()))
+                    .chain(claimed.queues.iter().map(|q| (ObjectKind::Queue, q.as_str())));
+                for name in names {
+                    by_name.entry(name).or_insert_with(Vec::new).push((&r.owner, topology.as_str()));
                 }
             }
         }
@@ -70,7 +73,7 @@ impl<'a> Claims<'a> {
 
     /// Who else recorded an object named so, if anyone did.
     pub fn other_than(&self, kind: ObjectKind, name: &str, mine: &Owner) -> Option<(&'a Owner, &'a str)> {
-        self.by_name.get(&(kind, name)).copied().filter(|(owner, _)| *owner != mine)
+        self.by_name.get(&(kind, name))?.iter().copied().find(|(owner, _)| *owner != mine)
     }
 }
 
@@ -314,6 +317,13 @@ mod tests {
         assert!(taken_names(main, &a).is_empty(), "team A's main exchange, bound into on purpose");
         let wrong_owner = main.replace("exchange_owner = \"team-a\"", "exchange_owner = \"team-c\"");
         assert_eq!(taken_names(&wrong_owner, &a), ["exchange orders (team-a of orders)"]);
+        // Both recorded it (two applies at once): the other's claim is found, though this owner's
+        // comes first.
+        let mut raced = records_of(TEAM_A);
+        let mut other = records_of(TEAM_A);
+        other[0].owner = Owner::new("aaa-first");
+        raced.extend(other);
+        assert!(taken_names(TEAM_A, &raced).contains(&"queue orders (aaa-first of orders)".to_string()));
         // Two owners of one run may not share one either.
         let mut two = compiled(TEAM_A);
         let mut other =
