@@ -47,10 +47,15 @@ fn print(report: &Report) -> Result<()> {
     for v in &report.vhosts {
         let drift: Vec<&Entry> =
             v.objects.iter().filter(|e| e.status != Status::InSync || e.note().is_some()).collect();
-        if drift.is_empty() && v.hazards.is_empty() {
+        if drift.is_empty() && v.hazards.is_empty() && v.owners_unread.is_none() {
             continue;
         }
         lines.push(format!("vhost {}", output::safe(&v.vhost)));
+        if let Some(status) = v.owners_unread {
+            lines.push(format!(
+                "  note: the owners' records could not be read (HTTP {status}: the user needs the `policymaker` tag): conflicts with other owners and retired topologies are not shown"
+            ));
+        }
         lines.extend(drift.into_iter().map(line));
         // The cluster's state, not drift: shown, and the exit code stays the drift's.
         lines.extend(v.hazards.iter().map(|f| format!("  {}", super::lint::describe(f).replace('\n', "\n  "))));

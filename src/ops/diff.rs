@@ -141,6 +141,10 @@ pub struct VhostDiff {
     /// (the cluster rules of `inspect`). Not drift: the objects are as the spec says.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub hazards: Vec<Finding>,
+    /// The HTTP status with which the management API refused to list the owners' records (see
+    /// `plan::ownership`): conflicts with other owners and retired topologies are then unknown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owners_unread: Option<u16>,
 }
 
 #[derive(Debug, Serialize)]
@@ -218,14 +222,18 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)]) -> 
                 .into_iter()
                 .filter(|f| f.queues.is_empty() || f.queues.iter().any(|q| desired.queues().contains(q)))
                 .collect();
-            plans.push((plan, hazards));
+            let unread = match live.records {
+                crate::live::Records::Refused { status } => Some(status),
+                _ => None,
+            };
+            plans.push((plan, (hazards, unread)));
         }
         anyhow::Ok(plans)
     })?;
-    let (plans, hazards): (Vec<Plan>, Vec<Vec<Finding>>) = plans.into_iter().unzip();
+    let (plans, extras): (Vec<Plan>, Vec<_>) = plans.into_iter().unzip();
     let mut report = report(plans);
-    for (v, h) in report.vhosts.iter_mut().zip(hazards) {
-        v.hazards = h;
+    for (v, (hazards, unread)) in report.vhosts.iter_mut().zip(extras) {
+        (v.hazards, v.owners_unread) = (hazards, unread);
     }
     Ok(report)
 }
@@ -253,7 +261,7 @@ pub fn report(plans: Vec<Plan>) -> Report {
             for e in &objects {
                 *summary.entry(e.status).or_insert(0) += 1;
             }
-            VhostDiff { vhost: p.vhost, objects, hazards: Vec::new() }
+            VhostDiff { vhost: p.vhost, objects, hazards: Vec::new(), owners_unread: None }
         })
         .collect();
     let in_sync = summary.keys().all(|s| *s == Status::InSync);

@@ -109,7 +109,13 @@ async fn without_the_records_apply_changes_nothing(broker: Broker) {
     let env = [("HOPPER_AMQP_URL", amqp.as_str()), ("HOPPER_MANAGEMENT_URL", broker.management())];
     let applied = support::hopper_env(&["apply", "--vhost", &vhost.name, a], &env);
     let dry = support::hopper_env(&["apply", "--dry-run", "--vhost", &vhost.name, a], &env);
+    let diff = support::hopper_env(&["diff", "--vhost", &vhost.name, a], &env);
     support::delete_user(broker, &user).await;
+    assert!(
+        support::text(&diff.stdout).contains("owners' records could not be read (HTTP 401"),
+        "{}",
+        support::text(&diff.stdout)
+    );
     let stderr = support::text(&applied.stderr);
     assert_eq!(applied.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("`policymaker` tag") && stderr.contains("nothing was changed"), "{stderr}");
