@@ -63,13 +63,13 @@ pub(super) fn steps(
                 (b.source == t.exchange && *destination == t.queue)
                     || ((b.source == t.retry_exchange || b.source == t.dead_letter_exchange) && own_queue)
             });
-            // The last route of a live queue's dead letters (a left-over wait queue's return
-            // binding) stays until that queue has gone, or what it holds would be dropped as it
-            // expires. A route the spec replaces goes.
             // A retired topology's binding between its own exchanges and queues: its intake, and
             // its retry keys. The routes its wait queues and main queue dead-letter through
             // stay (below), so that what they hold still reaches the next queue.
             let retiring_binding = retiring.get(destination).is_some_and(|r| r.claimed.exchanges.contains(&b.source));
+            // The last route of a live queue's dead letters (a left-over wait queue's return
+            // binding) stays until that queue has gone, or what it holds would be dropped as it
+            // expires. A route the spec replaces goes.
             let replaced = routes.contains(&(b.source.as_str(), b.routing_key.as_str()));
             let still_used =
                 index.dead_lettering_to(&b.source, &b.routing_key).iter().any(|name| **name != *destination);
