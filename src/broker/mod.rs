@@ -236,7 +236,8 @@ mod tests {
             0..12,
         );
         tail.prop_map(|t| format!("Pw7{}", t.into_iter().collect::<String>()))
-            .prop_filter("a password holding `://` starts a URL of its own", |p| !p.contains("://"))
+            // `/x@` follows the password in one malformed URL: `Pw7,:/` makes `://` with it.
+            .prop_filter("a password holding `://` starts a URL of its own", |p| !format!("{p}/").contains("://"))
     }
 
     proptest::proptest! {
