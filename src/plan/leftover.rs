@@ -132,29 +132,19 @@ pub(super) fn steps(
             continue;
         }
         let kept_because = if let Some(key) = old_contract.get(*name) {
-            Kept::OldContract { key: key.to_string() }
+            Some(Kept::OldContract { key: key.to_string() })
         } else if messages > 0 && work {
-            Kept::Unconsumed { messages, main_queue: topology.queue.clone() }
+            Some(Kept::Unconsumed { messages, main_queue: topology.queue.clone() })
         } else if let Some(from) = fed_by {
-            Kept::DeadLetteredInto { by: from }
+            Some(Kept::DeadLetteredInto { by: from })
         } else if messages > 0 {
-            Kept::Holds { messages }
+            Some(Kept::Holds { messages })
         } else if consumers > 0 {
-            Kept::Consumed { consumers }
-        } else if !prune {
-            Kept::NotPruning
+            Some(Kept::Consumed { consumers })
         } else {
-            let quorum = q.arguments.as_ref().is_some_and(|a| QueueType::of(a) == QueueType::Quorum);
-            steps.push(Step::Delete { queue: (*name).clone(), broker_checks: !quorum });
-            continue;
+            None
         };
-        steps.push(Step::Extra {
-            queue: (*name).clone(),
-            messages: q.messages,
-            consumers: q.consumers,
-            drains_into,
-            kept_because,
-        });
+        steps.push(kept_or_deleted(name, q, kept_because, prune, drains_into));
     }
     retire(&retiring, live, &feeders, index, prune, &mut steps);
     steps
@@ -176,28 +166,38 @@ fn retire(
         let (messages, consumers) = (q.messages.unwrap_or(1), q.consumers.unwrap_or(1));
         let moves_on = q.arguments.as_ref().is_some_and(|a| a.get(arg::MESSAGE_TTL).is_some());
         let kept_because = if let Some(from) = fed_by {
-            Kept::DeadLetteredInto { by: from }
+            Some(Kept::DeadLetteredInto { by: from })
         } else if messages > 0 && moves_on {
-            Kept::Holds { messages }
+            Some(Kept::Holds { messages })
         } else if messages > 0 {
-            Kept::Retired { topology: retired.topology.to_string(), messages }
+            Some(Kept::Retired { topology: retired.topology.to_string(), messages })
         } else if consumers > 0 {
-            Kept::Consumed { consumers }
-        } else if !prune {
-            Kept::NotPruning
+            Some(Kept::Consumed { consumers })
         } else {
-            let quorum = q.arguments.as_ref().is_some_and(|a| QueueType::of(a) == QueueType::Quorum);
-            steps.push(Step::Delete { queue: (*name).clone(), broker_checks: !quorum });
-            continue;
+            None
         };
-        steps.push(Step::Extra {
-            queue: (*name).clone(),
-            messages: q.messages,
-            consumers: q.consumers,
-            drains_into: drains_into(q, live, index),
-            kept_because,
-        });
+        steps.push(kept_or_deleted(name, q, kept_because, prune, drains_into(q, live, index)));
     }
+}
+
+/// A queue with a reason to stay is reported with it; one without is deleted with `--prune`,
+/// and otherwise reported as waiting for it.
+fn kept_or_deleted(
+    name: &QueueName,
+    q: &LiveQueue,
+    kept_because: Option<Kept>,
+    prune: bool,
+    drains_into: Option<String>,
+) -> Step {
+    let kept_because = match kept_because {
+        Some(kept) => kept,
+        None if !prune => Kept::NotPruning,
+        None => {
+            let quorum = q.arguments.as_ref().is_some_and(|a| QueueType::of(a) == QueueType::Quorum);
+            return Step::Delete { queue: name.clone(), broker_checks: !quorum };
+        }
+    };
+    Step::Extra { queue: name.clone(), messages: q.messages, consumers: q.consumers, drains_into, kept_because }
 }
 
 /// Why a left-over queue is kept rather than deleted. Unknown counts are taken as one, as the
