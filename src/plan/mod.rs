@@ -430,7 +430,7 @@ impl<'t> Desired<'t> {
         }
         check_migrations(live, &index, options, &mut steps);
         if let Some(records) = live.records.read() {
-            refuse_what_others_own(self.topologies, &self.objects, records, &mut steps);
+            refuse_what_others_own(vhost, self.topologies, &self.objects, records, &mut steps);
             leave_what_others_own(self.topologies, records, &mut leftovers);
             let deleted = leftovers
                 .iter()
@@ -464,6 +464,7 @@ impl<'t> Desired<'t> {
 /// An exchange or queue another owner recorded is a conflict, whatever its state: this spec
 /// would change it, bind into it, or take it over.
 fn refuse_what_others_own(
+    vhost: &str,
     topologies: &[&CompiledTopology],
     objects: &[&Object],
     records: &[Record],
@@ -484,6 +485,19 @@ fn refuse_what_others_own(
                 taken.my_topology, taken.theirs, taken.theirs
             )));
         }
+        // A team that names its owner after applying under the default (or renames it) meets
+        // its own objects under the old name: the record, not the broker, is what is wrong.
+        ways_out.push(WayOut {
+            says: format!(
+                "or, if `{}` is this spec's former owner name, delete its record (no queue, exchange or message changes): the next apply records the objects under `{}`",
+                taken.theirs, taken.mine
+            ),
+            spec: None,
+            command: Some(format!(
+                "rabbitmqctl clear_global_parameter {}",
+                remedy::shell_word(&Record::parameter(&taken.theirs, vhost))
+            )),
+        });
         steps[i] = Step::Conflict {
             object,
             differences: vec![Difference {

@@ -58,6 +58,8 @@ async fn a_second_owner_may_not_bind_into_the_first_owners_exchange(broker: Brok
     assert_eq!(conflict["object"]["name"], "orders.retry", "{conflict:#}");
     assert_eq!(conflict["differences"], json!([{"argument": "owner", "live": "team-a", "spec": "team-b"}]));
     assert!(conflict["ways_out"].to_string().contains("exchange_owner = \\\"team-a\\\""), "{conflict:#}");
+    let clear = format!("rabbitmqctl clear_global_parameter hopper-owner:team-a:{}", vhost.name);
+    support::one(&conflict["ways_out"], &json!({"command": clear}));
     let connection = vhost.connect().await;
     assert_eq!(support::count(&connection, "audit").await, None, "nothing of team B's was made");
     assert_eq!(record(broker, "team-b", &vhost.name).await, None, "nor recorded");
