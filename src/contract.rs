@@ -148,7 +148,7 @@ pub fn duplicates(t: &Topology) -> Vec<Duplicate> {
     out
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "from", rename_all = "snake_case")]
 pub enum AttemptSource {
     /// The header's integer value; a message without it is on attempt 1.
@@ -194,7 +194,7 @@ pub fn delivery_counting() -> Vec<DeliveryCounting> {
     ]
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ConsumeQueue {
     pub queue: QueueName,
     /// The delivery number of every message in this queue; absent when it carries every attempt.
@@ -202,7 +202,7 @@ pub struct ConsumeQueue {
     pub attempt: Option<u32>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AttemptRule {
     pub attempt: u32,
     pub on_failure: Action,
@@ -211,7 +211,7 @@ pub struct AttemptRule {
     pub retry: Option<Retry>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Retry {
     /// With jitter, the first bucket's: the shortest wait.
     pub wait_queue: QueueName,
@@ -225,7 +225,7 @@ pub struct Retry {
 }
 
 /// One of a jittered hop's wait queues, and the routing key that reaches it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Bucket {
     pub routing_key: String,
     pub wait_queue: QueueName,
@@ -233,7 +233,7 @@ pub struct Bucket {
     pub delay_ms: u64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "action", rename_all = "snake_case")]
 pub enum Action {
     /// Publish a copy (same body and properties, without `expiration`, with `headers` set) with
@@ -284,6 +284,75 @@ impl Action {
             Action::Publish { reaches, .. } | Action::Reject { reaches, .. } => reaches,
         }
     }
+}
+
+/// What changed for a topology's consumers between two specs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "change", rename_all = "snake_case")]
+pub enum ContractChange {
+    /// The topology is new: nothing consumed it before.
+    Added,
+    /// The spec no longer has it.
+    Removed,
+    Changed {
+        parts: Vec<Part>,
+    },
+}
+
+/// One part of a contract that differs, before and after.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "part", rename_all = "snake_case")]
+pub enum Part {
+    Consume {
+        before: Vec<ConsumeQueue>,
+        after: Vec<ConsumeQueue>,
+    },
+    AttemptFrom {
+        before: AttemptSource,
+        after: AttemptSource,
+    },
+    /// Attempt `attempt` as each spec has it; `None` where that spec has no such attempt.
+    Attempt {
+        attempt: u32,
+        before: Option<AttemptRule>,
+        after: Option<AttemptRule>,
+    },
+    Poison {
+        before: Action,
+        after: Action,
+    },
+    IdempotencyKey {
+        before: IdempotencyKey,
+        after: IdempotencyKey,
+    },
+}
+
+/// What a consumer must do differently under `after` than under `before`; empty when nothing.
+pub fn changes(before: &Contract, after: &Contract) -> Vec<Part> {
+    let mut parts = Vec::new();
+    if before.consume != after.consume {
+        parts.push(Part::Consume { before: before.consume.clone(), after: after.consume.clone() });
+    }
+    if before.attempt_from != after.attempt_from {
+        parts.push(Part::AttemptFrom { before: before.attempt_from.clone(), after: after.attempt_from.clone() });
+    }
+    let rule = |c: &Contract, n: u32| c.attempts.iter().find(|r| r.attempt == n).cloned();
+    for attempt in 1..=before.max_attempts.max(after.max_attempts) {
+        let (b, a) = (rule(before, attempt), rule(after, attempt));
+        if b != a {
+            parts.push(Part::Attempt { attempt, before: b, after: a });
+        }
+    }
+    if before.poison != after.poison {
+        parts.push(Part::Poison { before: before.poison.clone(), after: after.poison.clone() });
+    }
+    if before.idempotency_key.key != after.idempotency_key.key {
+        parts.push(Part::IdempotencyKey {
+            before: before.idempotency_key.key.clone(),
+            after: after.idempotency_key.key.clone(),
+        });
+    }
+    parts
 }
 
 pub fn contract(t: &Topology) -> Contract {
@@ -789,5 +858,28 @@ mod tests {
         assert_eq!(value["poison"]["exchange"], "orders.dlx");
         assert_eq!(value["poison"]["headers"], json!({}));
         assert!(value["attempts"][3].get("retry").is_none());
+    }
+
+    /// Jitter added and `max_attempts` lowered: every retry's routing keys change and the last
+    /// hop becomes a reject; the same spec changes nothing.
+    #[test]
+    fn a_contract_change_names_each_attempt_a_consumer_must_handle_differently() {
+        let before = contract(&topology("[topology.orders]\ndelays = [\"5s\", \"30s\"]\nmax_attempts = 3\n"));
+        assert!(changes(&before, &before).is_empty());
+        let after = contract(&topology("[topology.orders]\ndelays = [\"5s\"]\nmax_attempts = 2\njitter = 0.2\n"));
+        let attempts: Vec<(u32, bool, bool)> = changes(&before, &after)
+            .into_iter()
+            .filter_map(|p| match p {
+                Part::Attempt { attempt, before, after } => Some((attempt, before.is_some(), after.is_some())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(attempts, [(1, true, true), (2, true, true), (3, true, false)]);
+        let strategy = contract(&topology(
+            "[topology.orders]\nstrategy = \"chain\"\ndelays = [\"5s\", \"30s\"]\nmax_attempts = 3\n",
+        ));
+        let parts = changes(&before, &strategy);
+        assert!(parts.iter().any(|p| matches!(p, Part::AttemptFrom { .. })), "{parts:?}");
+        assert!(parts.iter().any(|p| matches!(p, Part::Consume { .. })), "{parts:?}");
     }
 }
