@@ -557,7 +557,9 @@ impl Session {
             },
             Step::Unbind { binding } => self.unbind(binding).await,
             Step::Delete { queue, broker_checks } => self.delete_if_empty(queue, *broker_checks).await,
-            Step::InSync { .. } | Step::Conflict { .. } | Step::Extra { .. } => Ok(Outcome::Done),
+            Step::InSync { .. } | Step::Conflict { .. } | Step::Extra { .. } | Step::KeptBinding { .. } => {
+                Ok(Outcome::Done)
+            }
             Step::Record { .. } => bail!("an owner's record is written over the management API, not AMQP"),
             Step::Migrate { .. } | Step::MoveMessages { .. } => {
                 bail!("moving messages is carried out by ops::migrate, not as a declaration")

@@ -439,6 +439,11 @@ fn describe(step: &Step) -> String {
         Step::Unbind { binding } => {
             format!("  {} unbind    binding  {}", output::paint("-", "33"), output::safe(&binding.to_string()))
         }
+        Step::KeptBinding { binding, kept_because } => format!(
+            "  {} extra     binding  {}; kept: {kept_because}",
+            output::paint("~", "33"),
+            output::safe(&binding.to_string())
+        ),
         Step::Delete { queue, .. } => {
             format!("  {} delete    queue    {}  (empty and unused)", output::paint("-", "31"), output::safe(queue))
         }

@@ -47,7 +47,7 @@ fn print(report: &Report) -> Result<()> {
     for v in &report.vhosts {
         let drift: Vec<&Entry> =
             v.objects.iter().filter(|e| e.status != Status::InSync || e.note().is_some()).collect();
-        if drift.is_empty() && v.hazards.is_empty() && v.owners_unread.is_none() {
+        if drift.is_empty() && v.hazards.is_empty() && v.owners_unread.is_none() && v.unclaimed.is_empty() {
             continue;
         }
         lines.push(format!("vhost {}", output::safe(&v.vhost)));
@@ -59,6 +59,15 @@ fn print(report: &Report) -> Result<()> {
         lines.extend(drift.into_iter().map(line));
         // The cluster's state, not drift: shown, and the exit code stays the drift's.
         lines.extend(v.hazards.iter().map(|f| format!("  {}", super::lint::describe(f).replace('\n', "\n  "))));
+        // Not drift either: no spec says what they are for.
+        lines.extend(v.unclaimed.iter().map(|u| {
+            format!(
+                "  ? unclaimed   {:<8} {}  (named as hopper names `{}`'s objects; no owner's record claims it: adopt it with a spec, or delete it by hand)",
+                u.kind.as_str(),
+                output::safe(&u.name),
+                output::safe(&u.main_queue)
+            )
+        }));
     }
     let counts: Vec<String> = report.summary.iter().map(|(s, n)| format!("{n} {}", s.as_str())).collect();
     let total: usize = report.summary.values().sum();

@@ -163,6 +163,10 @@ fn render(r: &Report) -> String {
             ));
         }
     }
+    if !r.unclaimed.is_empty() {
+        lines.push(format!("\n{} object(s) named as hopper names a topology's, claimed by no owner's record (left by an older hopper or made by hand: adopt them with a spec, or delete them by hand):", r.unclaimed.len()));
+        lines.extend(r.unclaimed.iter().map(|u| format!("  {:<8} {}", u.kind.as_str(), output::safe(&u.name))));
+    }
     if r.hazards.is_empty() {
         lines.push("\nNo hazard found.".into());
     } else {

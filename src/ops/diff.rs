@@ -145,6 +145,10 @@ pub struct VhostDiff {
     /// `plan::ownership`): conflicts with other owners and retired topologies are then unknown.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub owners_unread: Option<u16>,
+    /// Objects under hopper's names that no owner claims and the spec does not declare
+    /// (`plan::unclaimed`). Not drift: no spec says what they should be.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unclaimed: Vec<plan::Unclaimed>,
 }
 
 #[derive(Debug, Serialize)]
@@ -226,14 +230,15 @@ pub fn run(endpoint: &Endpoint, by_vhost: &[(&str, Vec<&CompiledTopology>)]) -> 
                 crate::live::Records::Refused { status } => Some(status),
                 _ => None,
             };
-            plans.push((plan, (hazards, unread)));
+            let unclaimed = plan::unclaimed(desired, &live).unwrap_or_default();
+            plans.push((plan, (hazards, unread, unclaimed)));
         }
         anyhow::Ok(plans)
     })?;
     let (plans, extras): (Vec<Plan>, Vec<_>) = plans.into_iter().unzip();
     let mut report = report(plans);
-    for (v, (hazards, unread)) in report.vhosts.iter_mut().zip(extras) {
-        (v.hazards, v.owners_unread) = (hazards, unread);
+    for (v, (hazards, unread, unclaimed)) in report.vhosts.iter_mut().zip(extras) {
+        (v.hazards, v.owners_unread, v.unclaimed) = (hazards, unread, unclaimed);
     }
     Ok(report)
 }
@@ -261,7 +266,7 @@ pub fn report(plans: Vec<Plan>) -> Report {
             for e in &objects {
                 *summary.entry(e.status).or_insert(0) += 1;
             }
-            VhostDiff { vhost: p.vhost, objects, hazards: Vec::new(), owners_unread: None }
+            VhostDiff { vhost: p.vhost, objects, hazards: Vec::new(), owners_unread: None, unclaimed: Vec::new() }
         })
         .collect();
     let in_sync = summary.keys().all(|s| *s == Status::InSync);
@@ -301,7 +306,9 @@ fn entry(step: Step) -> Option<Entry> {
         Step::Conflict { object, differences, ways_out } => {
             Entry::new(Status::Conflict, Subject::of(object)).with(Details::Conflict { differences, ways_out })
         }
-        Step::Unbind { binding } => Entry::new(Status::Extra, Subject::Binding(binding)),
+        Step::Unbind { binding } | Step::KeptBinding { binding, .. } => {
+            Entry::new(Status::Extra, Subject::Binding(binding))
+        }
         Step::Extra { queue, messages, consumers, drains_into, .. } => {
             Entry::new(Status::Extra, Subject::Queue { name: queue }).with(Details::Extra {
                 messages,

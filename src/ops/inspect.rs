@@ -42,6 +42,10 @@ pub struct Report {
     pub hazards: Vec<Finding>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dead_letters: Option<DeadLetterSummary>,
+    /// Objects under hopper's names that no owner's record claims (`plan::unclaimed`); empty
+    /// when the records could not be read.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unclaimed: Vec<crate::plan::Unclaimed>,
 }
 
 /// The dead letters of one queue, grouped by where and why they first died.
@@ -155,7 +159,14 @@ pub fn run(endpoint: &Endpoint, request: &Request) -> Result<Vec<Report>> {
             }
             _ => None,
         };
+        // Against the records alone: what the broker holds, whatever a spec may declare.
+        let unclaimed = crate::plan::unclaimed(&crate::plan::Desired::new(&[]), &live)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|u| selected(&u.main_queue))
+            .collect();
         reports.push(Report {
+            unclaimed,
             vhost: vhost.clone(),
             version: live.version.clone(),
             nodes: live.nodes.clone(),

@@ -11,11 +11,14 @@ use crate::live::{Claimed, Live, LiveQueue};
 use crate::model::{ArgValue, Binding, Destination, Key, QueueName, QueueType, arg};
 use crate::spec::{Strategy, Topology};
 
-/// A topology its owner recorded that the spec no longer has: retired, its intake unbound and
-/// each of its queues deleted once empty and unused.
+/// A topology its owner recorded. With no `successor` the spec no longer has it: retired, its
+/// intake unbound and each of its queues deleted once empty and unused. With one, the recorded
+/// queues the successor no longer declares are its earlier names (a rename): each is moved out
+/// of the same way, what it holds moved into the successor's queue of the same role.
 pub(super) struct Retired<'a> {
     pub topology: &'a str,
     pub claimed: &'a Claimed,
+    pub successor: Option<&'a Topology>,
 }
 
 /// The unbind, extra and delete steps for the vhost's left-overs and retired topologies.
@@ -45,6 +48,9 @@ pub(super) fn steps(
         .flat_map(|r| r.claimed.queues.iter().map(move |q| (q, r)))
         .filter(|(q, _)| live.queues.contains_key(*q) && !queues.contains(*q) && !left_overs.contains_key(*q))
         .collect();
+
+    // Topologies the spec still has, with what they recorded under earlier names.
+    let renamed: Vec<(&Retired, &Topology)> = retired.iter().filter_map(|r| r.successor.map(|t| (r, t))).collect();
 
     // Bindings hopper moves: from a topology's retry and dead-letter exchanges to its own queues,
     // and from its main exchange to its main queue. Anything else bound there (an audit queue on
@@ -89,7 +95,16 @@ pub(super) fn steps(
                         && t.strategy == Strategy::Republish
                         && matches!(t.generated_name(destination), Some(GeneratedName::Wait { hop: None }))
                 });
-            if retry_key && !still_used {
+            // The same, into a wait queue of a renamed topology's earlier names: consumers not
+            // yet moved to the new names still publish retries to the earlier retry exchange.
+            let earlier_retry_key = !options.consumers_upgraded
+                && b.routing_key.parse::<u32>().is_ok()
+                && retiring.get(destination).is_some_and(|r| {
+                    r.successor.is_some_and(|t| t.strategy == Strategy::Republish)
+                        && r.claimed.exchanges.contains(&b.source)
+                        && moves_on(&live.queues[destination])
+                });
+            if (retry_key || earlier_retry_key) && !still_used {
                 old_contract.insert(destination, b.routing_key.as_str());
                 steps.push(Step::InSync {
                     object: crate::model::Object::Binding(b.clone()),
@@ -100,7 +115,23 @@ pub(super) fn steps(
                 });
                 continue;
             }
-            if (ours || retiring_binding) && (replaced || !still_used) {
+            // A renamed main exchange's binding to the main queue: publishers not yet moved to
+            // the new exchange reach the queue through it, so it goes only with `--prune`. Not a
+            // route queues dead-letter through (an earlier retry exchange's return).
+            let earlier_exchange = renamed.iter().find(|(r, t)| {
+                *destination == t.queue
+                    && index.dead_lettering_to(&b.source, &b.routing_key).is_empty()
+                    && r.claimed.exchanges.contains(&b.source)
+                    && !wanted.contains(&Key::Exchange(&b.source))
+            });
+            if let (Some((_, t)), false) = (earlier_exchange, prune) {
+                steps.push(Step::KeptBinding {
+                    binding: b.clone(),
+                    kept_because: Kept::EarlierExchange { exchange: t.exchange.clone() },
+                });
+                continue;
+            }
+            if (ours || retiring_binding || earlier_exchange.is_some()) && (replaced || !still_used) {
                 unbound.insert(b.clone());
                 steps.push(Step::Unbind { binding: b.clone() });
             }
@@ -146,29 +177,62 @@ pub(super) fn steps(
         };
         steps.push(kept_or_deleted(name, q, kept_because, prune, drains_into));
     }
-    retire(&retiring, live, &feeders, index, prune, &mut steps);
+    let retiring = Retiring { queues: retiring, old_contract, feeders, bound_into: bound_into(live) };
+    retire(&retiring, live, index, options, &mut steps);
     steps
 }
 
-/// The queues of retired topologies: each deleted with `--prune` once empty, unused and no
-/// longer dead-lettered into; else kept, saying why.
-fn retire(
-    retiring: &BTreeMap<&QueueName, &Retired>,
-    live: &Live,
-    feeders: &rustc_hash::FxHashMap<&QueueName, &QueueName>,
-    index: &Index,
-    prune: bool,
-    steps: &mut Vec<Step>,
-) {
-    for (name, retired) in retiring {
+/// The queues of retired topologies and of renamed ones' earlier names, with what decides each.
+struct Retiring<'a> {
+    queues: BTreeMap<&'a QueueName, &'a Retired<'a>>,
+    /// Those a retry key of the old contract still routes into.
+    old_contract: BTreeMap<&'a QueueName, &'a str>,
+    /// Each queue's first feeder other than itself.
+    feeders: rustc_hash::FxHashMap<&'a QueueName, &'a QueueName>,
+    /// Every queue a binding routes into; `None` when bindings could not be read.
+    bound_into: Option<rustc_hash::FxHashSet<&'a QueueName>>,
+}
+
+fn bound_into(live: &Live) -> Option<rustc_hash::FxHashSet<&QueueName>> {
+    let bindings = live.bindings.as_ref()?;
+    Some(
+        bindings
+            .iter()
+            .filter_map(|b| if let Destination::Queue(q) = &b.destination { Some(q) } else { None })
+            .collect(),
+    )
+}
+
+/// A queue that its TTL empties by itself: a wait queue.
+fn moves_on(q: &LiveQueue) -> bool {
+    q.arguments.as_ref().is_some_and(|a| a.get(arg::MESSAGE_TTL).is_some())
+}
+
+/// The queues of retired topologies and renamed ones' earlier names: each deleted with
+/// `--prune` once empty, unused and no longer dead-lettered into; else kept, saying why. What an
+/// earlier name holds is moved by `--migrate` into the successor's queue of the same role, once
+/// nothing routes into it.
+fn retire(retiring: &Retiring, live: &Live, index: &Index, options: &Options, steps: &mut Vec<Step>) {
+    for (name, retired) in &retiring.queues {
         let q = &live.queues[*name];
-        let fed_by = feeders.get(*name).map(|from| (*from).clone());
+        let fed_by = retiring.feeders.get(*name).map(|from| (*from).clone());
         let (messages, consumers) = (q.messages.unwrap_or(1), q.consumers.unwrap_or(1));
-        let moves_on = q.arguments.as_ref().is_some_and(|a| a.get(arg::MESSAGE_TTL).is_some());
         let kept_because = if let Some(from) = fed_by {
             Some(Kept::DeadLetteredInto { by: from })
-        } else if messages > 0 && moves_on {
+        } else if let Some(key) = retiring.old_contract.get(*name) {
+            Some(Kept::OldContract { key: key.to_string() })
+        } else if messages > 0 && moves_on(q) {
             Some(Kept::Holds { messages })
+        } else if let (Some(t), true) = (retired.successor, messages > 0) {
+            // A main or work queue dead-letters; a dead-letter queue does not.
+            let dead_letters = q.arguments.as_ref().is_none_or(|a| a.get(arg::DEAD_LETTER_EXCHANGE).is_some());
+            let to = if dead_letters { t.queue.clone() } else { t.dead_letter_queue.clone() };
+            let routed = retiring.bound_into.as_ref().is_none_or(|into| into.contains(*name));
+            if options.migrate && !routed && consumers == 0 && q.messages.is_some() {
+                steps.push(Step::MoveMessages { from: (*name).clone(), to, messages });
+                continue;
+            }
+            Some(Kept::Renamed { topology: retired.topology.to_string(), messages, to, routed })
         } else if messages > 0 {
             Some(Kept::Retired { topology: retired.topology.to_string(), messages })
         } else if consumers > 0 {
@@ -176,7 +240,7 @@ fn retire(
         } else {
             None
         };
-        steps.push(kept_or_deleted(name, q, kept_because, prune, drains_into(q, live, index)));
+        steps.push(kept_or_deleted(name, q, kept_because, options.prune, drains_into(q, live, index)));
     }
 }
 
@@ -227,6 +291,18 @@ pub enum Kept {
     OldContract {
         key: String,
     },
+    /// A queue of a renamed topology's earlier names that holds messages: `--migrate` moves
+    /// them into `to` once nothing routes into it (`routed`) and nobody consumes it.
+    Renamed {
+        topology: String,
+        messages: u64,
+        to: QueueName,
+        routed: bool,
+    },
+    /// A binding from a renamed main exchange to the main queue (`exchange` is the name now).
+    EarlierExchange {
+        exchange: crate::model::ExchangeName,
+    },
     /// A queue of a retired topology that holds messages no TTL moves on.
     Retired {
         topology: String,
@@ -252,6 +328,18 @@ impl std::fmt::Display for Kept {
             Kept::OldContract { key } => write!(
                 f,
                 "retry key {key:?} of the old contract still routes into it; once every consumer runs the new one, apply --consumers-upgraded removes both"
+            ),
+            Kept::Renamed { topology, messages, to, routed: true } => write!(
+                f,
+                "topology `{topology}` now uses `{to}`; this queue holds {messages} message(s), which apply --migrate moves there once nothing routes into it any more (this run removes its bindings; run it again)"
+            ),
+            Kept::Renamed { topology, messages, to, routed: false } => write!(
+                f,
+                "topology `{topology}` now uses `{to}`; this queue holds {messages} message(s): apply --migrate moves them there, once nobody consumes this queue"
+            ),
+            Kept::EarlierExchange { exchange } => write!(
+                f,
+                "the main exchange is now `{exchange}`; publishers that still publish here reach the queue through this binding: once none does, apply --prune removes it"
             ),
             Kept::Retired { topology, messages } => write!(
                 f,

@@ -9,6 +9,7 @@ pub mod migrate;
 pub mod ownership;
 pub mod placement;
 mod remedy;
+mod unclaimed;
 
 use std::collections::BTreeSet;
 
@@ -22,6 +23,7 @@ pub use crate::model::{Difference, Property};
 pub use index::{Generators, Index, Owners};
 pub use leftover::{Kept, left_over};
 pub use remedy::{SpecEdit, WayOut, retyped};
+pub use unclaimed::{Unclaimed, unclaimed};
 
 use crate::compile::CompiledTopology;
 use crate::live::{Live, LiveExchange, LiveQueue, Record};
@@ -94,6 +96,12 @@ pub enum Step {
         messages: Option<u64>,
         consumers: Option<u64>,
         drains_into: Option<String>,
+        kept_because: Kept,
+    },
+    /// A binding the spec no longer has, kept for a reason (a renamed main exchange's, which
+    /// publishers may still use): removed by `--prune`.
+    KeptBinding {
+        binding: Binding,
         kept_because: Kept,
     },
     /// An owner's record brought up to date (`ownership`), before anything else changes: over
@@ -172,7 +180,7 @@ impl Step {
             Step::Migrate { .. } => Action::Migrate,
             Step::MoveMessages { .. } => Action::MoveMessages,
             Step::Unbind { .. } => Action::Unbind,
-            Step::Extra { .. } => Action::Extra,
+            Step::Extra { .. } | Step::KeptBinding { .. } => Action::Extra,
             Step::Delete { .. } => Action::Delete,
             Step::Record { .. } => Action::Record,
         }
@@ -264,7 +272,11 @@ fn phase_of(plan: &Plan, step: &Step) -> Option<Phase> {
         Step::Migrate { .. } | Step::MoveMessages { .. } => Phase::Migrations,
         Step::Unbind { .. } => Phase::Unbinds,
         Step::Delete { .. } => Phase::Deletes,
-        Step::InSync { .. } | Step::Conflict { .. } | Step::Extra { .. } | Step::Record { .. } => return None,
+        Step::InSync { .. }
+        | Step::Conflict { .. }
+        | Step::Extra { .. }
+        | Step::KeptBinding { .. }
+        | Step::Record { .. } => return None,
     })
 }
 
@@ -389,25 +401,36 @@ impl<'t> Desired<'t> {
         }
     }
 
-    /// The queues of `retired` topologies: counted before planning, as left-overs are.
-    pub fn retiring_queues<'l>(&self, live: &'l Live) -> FxHashSet<&'l QueueName> {
+    /// The queues of `retired` topologies and of renamed ones' earlier names: counted before
+    /// planning, as left-overs are.
+    pub fn retiring_queues<'l>(&self, live: &'l Live) -> FxHashSet<&'l QueueName>
+    where
+        't: 'l,
+    {
         self.retired(live).iter().flat_map(|r| r.claimed.queues.iter()).collect()
     }
 
-    /// The topologies this spec's owners recorded in the vhost that the spec no longer has.
-    fn retired<'l>(&self, live: &'l Live) -> Vec<leftover::Retired<'l>> {
+    /// What this spec's owners recorded in the vhost: each topology the spec no longer has
+    /// (retired), and each it still has, whose recorded objects it may no longer declare (a
+    /// rename: `successor` is the topology now).
+    fn retired<'l>(&self, live: &'l Live) -> Vec<leftover::Retired<'l>>
+    where
+        't: 'l,
+    {
         let Some(records) = live.records.read() else { return Vec::new() };
         let mine = |r: &&Record| self.topologies.iter().any(|c| c.topology.owner == r.owner);
         records
             .iter()
             .filter(mine)
             .flat_map(|r| {
-                r.topologies
-                    .iter()
-                    .filter(|(name, _)| {
-                        !self.topologies.iter().any(|c| c.topology.owner == r.owner && c.topology.name == **name)
-                    })
-                    .map(|(topology, claimed)| leftover::Retired { topology, claimed })
+                r.topologies.iter().map(|(topology, claimed)| {
+                    let successor = self
+                        .topologies
+                        .iter()
+                        .find(|c| c.topology.owner == r.owner && c.topology.name == *topology)
+                        .map(|c| &c.topology);
+                    leftover::Retired { topology, claimed, successor }
+                })
             })
             .collect()
     }
@@ -521,7 +544,7 @@ fn leave_what_others_own(topologies: &[&CompiledTopology], records: &[Record], l
     let others = |kind: ObjectKind, name: &str| owners.iter().all(|mine| claims.other_than(kind, name, mine).is_some());
     leftovers.retain(|s| match s {
         Step::Extra { queue, .. } | Step::Delete { queue, .. } => !others(ObjectKind::Queue, queue),
-        Step::Unbind { binding } => match &binding.destination {
+        Step::Unbind { binding } | Step::KeptBinding { binding, .. } => match &binding.destination {
             Destination::Queue(q) => !others(ObjectKind::Queue, q),
             Destination::Exchange(e) => !others(ObjectKind::Exchange, e),
         },

@@ -71,6 +71,11 @@ impl<'a> Claims<'a> {
         self.by_name.is_empty()
     }
 
+    /// Whether any owner recorded an object named so.
+    pub fn claimed(&self, kind: ObjectKind, name: &str) -> bool {
+        self.by_name.contains_key(&(kind, name))
+    }
+
     /// Who else recorded an object named so, if anyone did.
     pub fn other_than(&self, kind: ObjectKind, name: &str, mine: &Owner) -> Option<(&'a Owner, &'a str)> {
         self.by_name.get(&(kind, name))?.iter().copied().find(|(owner, _)| *owner != mine)

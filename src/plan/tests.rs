@@ -513,3 +513,30 @@ fn every_topology_changing_at_once_plans_each_change() {
 fn count_migrations(p: &Plan) -> usize {
     p.steps.iter().filter(|s| matches!(s, Step::Migrate { .. })).count()
 }
+
+/// A renamed main exchange: the topology's record names the old one, whose binding to the main
+/// queue publishers may still use. Kept (and reported, so diff is not in sync) until `--prune`.
+#[test]
+fn a_renamed_main_exchange_keeps_its_binding_until_prune() {
+    let before = compiled(ORDERS);
+    let mut live = live_from(&before[0].objects);
+    live.records = crate::live::Records::Read(super::ownership::records("/", &[&before[0]]));
+    let renamed = compiled(&ORDERS.replace("max_attempts", "exchange = \"orders-in\"\nmax_attempts"));
+    let old = Binding::to_queue("orders", "orders", "orders");
+    let kept = plan("/", &[&renamed[0]], &live, &prune(false));
+    assert!(
+        kept.steps
+            .iter()
+            .any(|s| matches!(s, Step::KeptBinding { binding, kept_because: Kept::EarlierExchange { exchange } }
+            if *binding == old && exchange == "orders-in")),
+        "{:#?}",
+        kept.steps
+    );
+    assert!(!kept.steps.iter().any(|s| matches!(s, Step::Unbind { .. })), "nothing unbound without --prune");
+    let pruned = plan("/", &[&renamed[0]], &live, &prune(true));
+    assert!(pruned.steps.iter().any(|s| matches!(s, Step::Unbind { binding } if *binding == old)));
+    // Without the record, the old exchange is no one's: left alone, as before.
+    live.records = crate::live::Records::Read(Vec::new());
+    let unrecorded = plan("/", &[&renamed[0]], &live, &prune(true));
+    assert!(!unrecorded.steps.iter().any(|s| matches!(s, Step::Unbind { .. } | Step::KeptBinding { .. })));
+}

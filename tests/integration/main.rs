@@ -22,6 +22,7 @@ mod props;
 mod prune;
 mod redrive;
 mod reference;
+mod renames;
 mod safety;
 mod schema;
 mod spawned;

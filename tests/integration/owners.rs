@@ -207,7 +207,54 @@ async fn a_removed_topology_is_retired_without_losing_a_message(broker: Broker) 
     assert_eq!(vhost.json(&["diff", "--detailed-exitcode", spec]).0, Some(0));
 }
 
+/// A retry topology under hopper's names that no owner's record claims (made by hand here, as an
+/// older hopper or a script would have): listed by `diff` and `inspect`, never drift, never
+/// touched; and once an owner claims it, no longer listed.
+async fn objects_under_hoppers_names_that_no_owner_claims_are_listed(broker: Broker) {
+    let vhost = Vhost::new(broker, "owners-unclaimed").await;
+    let spec = vhost.spec("a.toml", TEAM_A);
+    let spec = spec.to_str().unwrap();
+    assert_eq!(vhost.json(&["apply", spec]).0, Some(0));
+    let connection = vhost.connect().await;
+    let channel = connection.create_channel().await.unwrap();
+    support::exchange(&channel, "legacy.retry", lapin::ExchangeKind::Direct).await;
+    support::exchange(&channel, "legacy.dlx", lapin::ExchangeKind::Direct).await;
+    let dlx = support::args(&[("x-dead-letter-exchange", support::Arg::Str("legacy.dlx"))]);
+    support::queue(&channel, "legacy", dlx).await;
+    let wait = support::args(&[
+        ("x-message-ttl", support::Arg::Int(5000)),
+        ("x-dead-letter-exchange", support::Arg::Str("legacy.retry")),
+    ]);
+    support::queue(&channel, "legacy.wait-5s", wait).await;
+    support::queue(&channel, "legacy.notes", support::args(&[])).await;
+
+    let want =
+        [("exchange", "legacy.dlx"), ("exchange", "legacy.retry"), ("queue", "legacy"), ("queue", "legacy.wait-5s")];
+    let listed = |v: &Value| -> Vec<(String, String)> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .map(|u| (u["kind"].as_str().unwrap().to_string(), u["name"].as_str().unwrap().to_string()))
+            .collect()
+    };
+    let want: Vec<(String, String)> = want.iter().map(|(k, n)| (k.to_string(), n.to_string())).collect();
+    let (code, diff) = vhost.json(&["diff", "--detailed-exitcode", spec]);
+    assert_eq!(code, Some(0), "not drift: no spec says what they are for: {diff:#}");
+    assert_eq!(listed(&diff["vhosts"][0]["unclaimed"]), want, "{diff:#}");
+    let text = support::text(&vhost.hopper(&["diff", spec]).stdout);
+    assert!(text.contains("? unclaimed   queue    legacy.wait-5s"), "{text}");
+    let (_, inspect) = vhost.json(&["inspect", "--vhost", &vhost.name]);
+    assert_eq!(listed(&inspect["vhosts"][0]["unclaimed"]), want, "{inspect:#}");
+
+    // Claimed by an owner (a spec that names it), it is that owner's to report.
+    let both = format!("{TEAM_A}[topology.legacy]\ndelays = [\"5s\"]\nmax_attempts = 2\nqueue_type = \"classic\"\n");
+    vhost.spec("a.toml", &both);
+    let (_, diff) = vhost.json(&["diff", spec]);
+    assert!(diff["vhosts"][0].get("unclaimed").is_none(), "{diff:#}");
+}
+
 on_every_broker!(
+    objects_under_hoppers_names_that_no_owner_claims_are_listed,
     a_second_owner_may_not_bind_into_the_first_owners_exchange,
     without_the_records_apply_changes_nothing,
     a_removed_topology_is_retired_without_losing_a_message,

@@ -786,3 +786,64 @@ impl RunningConsumer {
         self.task.await.expect("the consumer task ends without panicking");
     }
 }
+
+/// A publisher that runs on its own thread (the test's runtime is blocked while hopper runs),
+/// publishing `<prefix>-<n>` to an exchange, mandatory and confirmed, until it is stopped.
+pub struct Publisher {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<(Vec<String>, Vec<String>)>,
+}
+
+impl Publisher {
+    pub fn start(url: String, exchange: &str, routing_key: &str, prefix: &str) -> Publisher {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (exchange, routing_key, prefix) = (exchange.to_string(), routing_key.to_string(), prefix.to_string());
+        let stopping = stop.clone();
+        let thread = std::thread::spawn(move || {
+            tokio::runtime::Runtime::new().unwrap().block_on(async move {
+                let connection = Connection::connect(&url, ConnectionProperties::default()).await.unwrap();
+                let channel = confirming(&connection).await;
+                let (mut confirmed, mut unrouted) = (Vec::new(), Vec::new());
+                for n in 0.. {
+                    if stopping.load(std::sync::atomic::Ordering::Relaxed) {
+                        break;
+                    }
+                    let id = format!("{prefix}-{n}");
+                    let options = BasicPublishOptions { mandatory: true, ..Default::default() };
+                    let published = channel
+                        .basic_publish(
+                            exchange.as_str().into(),
+                            routing_key.as_str().into(),
+                            options,
+                            id.as_bytes(),
+                            rich_properties(&id),
+                        )
+                        .await;
+                    let confirmation = match published {
+                        Ok(confirm) => confirm.await,
+                        Err(e) => Err(e),
+                    };
+                    match confirmation {
+                        Ok(lapin::Confirmation::Ack(None)) => confirmed.push(id),
+                        // Returned, refused, or the channel closed: not known to be routed.
+                        _ => {
+                            unrouted.push(id);
+                            if !channel.status().connected() {
+                                break;
+                            }
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                (confirmed, unrouted)
+            })
+        });
+        Publisher { stop, thread }
+    }
+
+    /// Stops it: (the ids the broker confirmed and routed, those it returned or refused).
+    pub fn stop(self) -> (Vec<String>, Vec<String>) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().unwrap()
+    }
+}
