@@ -157,7 +157,92 @@ async fn a_renamed_dead_letter_queue_takes_its_parked_messages_along(broker: Bro
     assert_eq!(vhost.json(&["diff", "--detailed-exitcode", spec]).0, Some(0));
 }
 
+/// Runs `hopper ARGS` (`--format json`) again and again, SIGKILLing the first `kills` runs that
+/// are still going at a random moment, until `done`. Returns how many kills landed.
+async fn killed_until(vhost: &Vhost, args: &[&str], kills: usize, done: impl AsyncFn() -> bool) -> usize {
+    let mut rng = crate::spawned::Rng::from_clock();
+    let (mut landed, mut runs) = (0, 0);
+    let mut args: Vec<&str> = args.to_vec();
+    args.splice(0..0, ["--format", "json"]);
+    loop {
+        runs += 1;
+        assert!(runs <= 60, "not done after 60 runs, {landed} of them killed");
+        let child = crate::spawned::hopper_on(vhost.broker, &args);
+        let deadline = (landed < kills).then(|| std::time::Instant::now() + Duration::from_millis(30 + rng.below(700)));
+        match crate::spawned::kill_at(child, deadline).await {
+            crate::spawned::End::Killed(_) => {
+                landed += 1;
+                eprintln!("killed run {runs}");
+            }
+            crate::spawned::End::Exited(out) => {
+                assert_eq!(out.status.code(), Some(0), "{}{}", support::text(&out.stdout), support::text(&out.stderr));
+                if landed >= kills && done().await {
+                    return landed;
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        }
+    }
+}
+
+/// A rename whose runs are killed twice while they move messages: every message is in the new
+/// path once the runs finish, none in a holding place, none lost.
+async fn a_rename_killed_twice_mid_move_loses_nothing(broker: Broker) {
+    let vhost = Vhost::new(broker, "rename-killed").await;
+    let spec = vhost.spec("orders.toml", ORDERS);
+    let spec = spec.to_str().unwrap();
+    assert_eq!(vhost.json(&["apply", spec]).0, Some(0));
+    let connection = vhost.connect().await;
+    let main = ids("main", 1500);
+    support::publish(&connection, "orders", "orders", &main).await;
+    support::publish(&connection, "orders.retry", "1", &ids("wait", 20)).await;
+    support::publish(&connection, "orders.dlx", "orders.dlq", &ids("dead", 500)).await;
+    vhost.spec("orders.toml", &ORDERS.replace("max_attempts", "queue = \"orders-v2\"\nmax_attempts"));
+    let gone = async || {
+        let mut gone = true;
+        for q in ["orders", "orders.wait-1s", "orders.dlq"] {
+            gone &= support::count(&connection, q).await.is_none();
+        }
+        gone
+    };
+    let kills = killed_until(&vhost, &["apply", "--migrate", "--prune", "--consumers-upgraded", spec], 2, gone).await;
+    assert_eq!(kills, 2);
+    let got = taken(&connection, "orders-v2").await;
+    let unique: BTreeSet<&String> = got.iter().collect();
+    let want: BTreeSet<String> = [main, ids("wait", 20)].concat().into_iter().collect();
+    let lost: Vec<&String> = want.iter().filter(|id| !unique.contains(id)).collect();
+    assert!(lost.is_empty(), "{} lost, such as {:?}", lost.len(), &lost[..lost.len().min(5)]);
+    let dead: BTreeSet<String> = taken(&connection, "orders-v2.dlq").await.into_iter().collect();
+    assert_eq!(dead, ids("dead", 500).into_iter().collect::<BTreeSet<_>>());
+    eprintln!("rename killed twice: {} delivered, {} duplicate(s)", got.len(), got.len() - unique.len());
+    assert_eq!(vhost.json(&["diff", "--detailed-exitcode", spec]).0, Some(0));
+}
+
+/// A retirement whose runs are killed twice: what the main, wait and dead-letter queues held is
+/// all still there, in the queues that are kept, and the last run leaves only them.
+async fn a_retirement_killed_twice_loses_nothing(broker: Broker) {
+    let vhost = Vhost::new(broker, "retire-killed").await;
+    let both = format!("{ORDERS}[topology.old]\ndelays = [\"1s\"]\nmax_attempts = 3\n");
+    let spec = vhost.spec("a.toml", &both);
+    let spec = spec.to_str().unwrap();
+    assert_eq!(vhost.json(&["apply", spec]).0, Some(0));
+    let connection = vhost.connect().await;
+    support::publish(&connection, "old", "old", &ids("main", 200)).await;
+    support::publish(&connection, "old.retry", "1", &ids("wait", 50)).await;
+    support::publish(&connection, "old.dlx", "old.dlq", &ids("dead", 50)).await;
+    vhost.spec("a.toml", ORDERS);
+    // Done once the wait queue has handed its messages back and gone.
+    let done = async || support::count(&connection, "old.wait-1s").await.is_none();
+    assert_eq!(killed_until(&vhost, &["apply", "--prune", spec], 2, done).await, 2);
+    let main: BTreeSet<String> = taken(&connection, "old").await.into_iter().collect();
+    assert_eq!(main, [ids("main", 200), ids("wait", 50)].concat().into_iter().collect::<BTreeSet<_>>());
+    let dead: BTreeSet<String> = taken(&connection, "old.dlq").await.into_iter().collect();
+    assert_eq!(dead, ids("dead", 50).into_iter().collect::<BTreeSet<_>>());
+}
+
 on_every_broker!(
     a_renamed_main_queue_is_moved_under_a_running_publisher,
     a_renamed_dead_letter_queue_takes_its_parked_messages_along,
+    a_rename_killed_twice_mid_move_loses_nothing,
+    a_retirement_killed_twice_loses_nothing,
 );
