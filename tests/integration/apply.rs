@@ -194,7 +194,39 @@ on_every_broker!(
     dry_run_changes_nothing,
     missing_vhost_is_a_clear_error,
     retry_keys_stay_routed_until_consumers_are_upgraded,
+    a_consumer_on_the_old_contract_retries_throughout_a_jitter_change,
 );
+
+/// A consumer on the old contract keeps publishing retries with key `1` while jitter is added
+/// and applied, twice: every retry is routed (none returned to it) and comes back to the main
+/// queue after its wait, counted by id.
+async fn a_consumer_on_the_old_contract_retries_throughout_a_jitter_change(broker: Broker) {
+    let vhost = Vhost::new(broker, "contract-live").await;
+    let spec_of = |extra: &str| format!("[topology.orders]\ndelays = [\"1s\"]\nmax_attempts = 2\n{extra}");
+    let spec = vhost.spec("orders.toml", &spec_of(""));
+    let spec = spec.to_str().unwrap();
+    assert_eq!(vhost.json(&["apply", spec]).0, Some(0));
+    let connection = vhost.connect().await;
+    let old_consumer = support::Publisher::start(vhost.amqp_url(), "orders.retry", "1", "retry");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    vhost.spec("orders.toml", &spec_of("jitter = 0.5\n"));
+    for _ in 0..2 {
+        let (code, report) = vhost.json(&["apply", "--prune", spec]);
+        assert_eq!(code, Some(0), "{report:#}");
+        support::none(support::steps(&report), &json!({"action": "unbind", "binding": {"routing_key": "1"}}));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let (retried, returned) = old_consumer.stop();
+    assert!(returned.is_empty(), "retries returned to a consumer on the old contract: {returned:?}");
+    assert!(retried.len() > 10, "it retried throughout: {}", retried.len());
+    support::wait_for_count(&connection, "orders", retried.len() as u32, Duration::from_secs(20)).await;
+    let mut back: Vec<String> =
+        support::drain(&connection, "orders").await.iter().map(|m| support::message_id(&m.properties)).collect();
+    back.sort();
+    let mut want = retried.clone();
+    want.sort();
+    assert_eq!(back, want, "every retry back in the main queue once");
+}
 
 /// Lowering max_attempts or adding jitter removes retry keys a consumer on the old contract
 /// still publishes: they stay routed to their wait queues (a retry is never returned), the plan
