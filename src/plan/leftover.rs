@@ -50,7 +50,9 @@ pub(super) fn steps(
         .collect();
 
     // Topologies the spec still has, with what they recorded under earlier names.
-    let renamed: Vec<(&Retired, &Topology)> = retired.iter().filter_map(|r| r.successor.map(|t| (r, t))).collect();
+    // By main queue: the binding a renamed main exchange leaves routes there.
+    let renamed: rustc_hash::FxHashMap<&QueueName, (&Retired, &Topology)> =
+        retired.iter().filter_map(|r| r.successor.map(|t| (&t.queue, (r, t)))).collect();
 
     // Bindings hopper moves: from a topology's retry and dead-letter exchanges to its own queues,
     // and from its main exchange to its main queue. Anything else bound there (an audit queue on
@@ -118,9 +120,8 @@ pub(super) fn steps(
             // A renamed main exchange's binding to the main queue: publishers not yet moved to
             // the new exchange reach the queue through it, so it goes only with `--prune`. Not a
             // route queues dead-letter through (an earlier retry exchange's return).
-            let earlier_exchange = renamed.iter().find(|(r, t)| {
-                *destination == t.queue
-                    && index.dead_lettering_to(&b.source, &b.routing_key).is_empty()
+            let earlier_exchange = renamed.get(destination).filter(|(r, _)| {
+                index.dead_lettering_to(&b.source, &b.routing_key).is_empty()
                     && r.claimed.exchanges.contains(&b.source)
                     && !wanted.contains(&Key::Exchange(&b.source))
             });
