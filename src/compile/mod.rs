@@ -10,7 +10,7 @@ use std::sync::LazyLock;
 
 use serde::Serialize;
 
-pub use names::GeneratedName;
+pub use names::{GeneratedName, generated_suffix};
 
 use crate::model::{
     ArgValue, Arguments, Binding, Exchange, ExchangeName, ExchangeType, Object, Queue, QueueName, Role, RoutingKey, arg,

@@ -73,20 +73,28 @@ impl Topology {
     /// `<queue>.attempt-<n>` (chain), the delay spelt as hopper spells it. Returns the hop or
     /// attempt number where there is one.
     pub fn generated_name(&self, name: &str) -> Option<GeneratedName> {
-        let rest = name.strip_prefix(self.queue.as_str())?.strip_prefix('.')?;
-        let canonical = |d: &str| parse_duration(d).is_ok_and(|p| format_duration(p) == d);
-        let number = |text: &str| text.parse::<u32>().ok().filter(|n| n.to_string() == text && *n >= 1);
-        if let Some(delay) = rest.strip_prefix("wait-") {
-            return canonical(delay).then_some(GeneratedName::Wait { hop: None });
-        }
-        if let Some(n) = rest.strip_prefix("attempt-") {
-            return number(n).filter(|n| *n >= 2).map(|attempt| GeneratedName::Work { attempt });
-        }
-        let (hop, delay) = rest.strip_prefix("hop-")?.split_once(".wait-")?;
-        let hop = number(hop)?;
-        canonical(delay).then_some(GeneratedName::Wait { hop: Some(hop) })
+        generated_suffix(name.strip_prefix(self.queue.as_str())?.strip_prefix('.')?)
     }
+}
 
+/// What follows `<queue>.` in a name some strategy generates for the main queue `<queue>`:
+/// `wait-<delay>`, `attempt-<n>` (n ≥ 2) or `hop-<n>.wait-<delay>`, the delay spelt as hopper
+/// spells it.
+pub fn generated_suffix(rest: &str) -> Option<GeneratedName> {
+    let canonical = |d: &str| parse_duration(d).is_ok_and(|p| format_duration(p) == d);
+    let number = |text: &str| text.parse::<u32>().ok().filter(|n| n.to_string() == text && *n >= 1);
+    if let Some(delay) = rest.strip_prefix("wait-") {
+        return canonical(delay).then_some(GeneratedName::Wait { hop: None });
+    }
+    if let Some(n) = rest.strip_prefix("attempt-") {
+        return number(n).filter(|n| *n >= 2).map(|attempt| GeneratedName::Work { attempt });
+    }
+    let (hop, delay) = rest.strip_prefix("hop-")?.split_once(".wait-")?;
+    let hop = number(hop)?;
+    canonical(delay).then_some(GeneratedName::Wait { hop: Some(hop) })
+}
+
+impl Topology {
     /// The queue a generated wait queue returns its messages to, by the strategy its name
     /// belongs to: the main queue (republish), or the next attempt's work queue (chain).
     pub fn returns_to(&self, generated: GeneratedName) -> QueueName {

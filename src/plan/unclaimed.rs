@@ -7,7 +7,6 @@ use std::collections::BTreeSet;
 use super::Desired;
 use crate::live::{Live, Records};
 use crate::model::{ArgValue, Key, ObjectKind, QueueName, arg};
-use crate::topology::duration::{format_duration, parse as parse_duration};
 
 /// One unclaimed exchange or queue, with the main queue whose names it follows.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
@@ -62,15 +61,10 @@ pub fn unclaimed(desired: &Desired, live: &Live) -> Option<Vec<Unclaimed>> {
     Some(found.into_iter().collect())
 }
 
-/// Whether what follows `<queue>.` is a name hopper generates: `dlq`, `wait-<delay>`,
-/// `attempt-<n>` or `hop-<n>.wait-<delay>`, the delay spelt as hopper spells it.
+/// Whether what follows `<queue>.` is a name hopper generates: its dead-letter queue's default
+/// name, or a wait or work queue's.
 fn generated(rest: &str) -> bool {
-    let delay = |d: &str| parse_duration(d).is_ok_and(|p| format_duration(p) == d);
-    let number = |n: &str| n.parse::<u32>().is_ok_and(|v| v.to_string() == n);
-    rest == "dlq"
-        || rest.strip_prefix("wait-").is_some_and(delay)
-        || rest.strip_prefix("attempt-").is_some_and(number)
-        || rest.strip_prefix("hop-").and_then(|r| r.split_once(".wait-")).is_some_and(|(n, d)| number(n) && delay(d))
+    rest == "dlq" || crate::compile::generated_suffix(rest).is_some()
 }
 
 #[cfg(test)]
