@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow, bail};
 use lapin::options::{
-    ExchangeBindOptions, ExchangeDeclareOptions, ExchangeUnbindOptions, QueueBindOptions, QueueDeclareOptions,
-    QueueDeleteOptions,
+    ExchangeBindOptions, ExchangeDeclareOptions, ExchangeDeleteOptions, ExchangeUnbindOptions, QueueBindOptions,
+    QueueDeclareOptions, QueueDeleteOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
@@ -557,9 +557,16 @@ impl Session {
             },
             Step::Unbind { binding } => self.unbind(binding).await,
             Step::Delete { queue, broker_checks } => self.delete_if_empty(queue, *broker_checks).await,
-            Step::InSync { .. } | Step::Conflict { .. } | Step::Extra { .. } | Step::KeptBinding { .. } => {
-                Ok(Outcome::Done)
+            Step::DeleteExchange { exchange } => {
+                let options = ExchangeDeleteOptions { if_unused: true, ..Default::default() };
+                let r = self.channel.exchange_delete(short(exchange)?, options).await;
+                self.outcome(r).await
             }
+            Step::InSync { .. }
+            | Step::Conflict { .. }
+            | Step::Extra { .. }
+            | Step::KeptBinding { .. }
+            | Step::KeptExchange { .. } => Ok(Outcome::Done),
             Step::Record { .. } => bail!("an owner's record is written over the management API, not AMQP"),
             Step::Migrate { .. } | Step::MoveMessages { .. } => {
                 bail!("moving messages is carried out by ops::migrate, not as a declaration")
@@ -641,6 +648,7 @@ fn describe(step: &Step) -> String {
         Step::Create { object } | Step::Ensure { object } => format!("declaring {} `{object}`", object.kind()),
         Step::Unbind { binding } => format!("removing binding {binding}"),
         Step::Delete { queue, .. } => format!("deleting queue `{queue}`"),
+        Step::DeleteExchange { exchange } => format!("deleting exchange `{exchange}`"),
         _ => String::new(),
     }
 }

@@ -440,13 +440,25 @@ fn describe(step: &Step) -> String {
             format!("  {} unbind    binding  {}", output::paint("-", "33"), output::safe(&binding.to_string()))
         }
         Step::KeptBinding { binding, kept_because } => format!(
-            "  {} extra     binding  {}; kept: {kept_because}",
+            "  {} extra     binding  {}; kept: {}",
             output::paint("~", "33"),
-            output::safe(&binding.to_string())
+            output::safe(&binding.to_string()),
+            output::safe(&kept_because.to_string())
         ),
         Step::Delete { queue, .. } => {
             format!("  {} delete    queue    {}  (empty and unused)", output::paint("-", "31"), output::safe(queue))
         }
+        Step::KeptExchange { exchange, kept_because } => format!(
+            "  {} extra     exchange {}; kept: {}",
+            output::paint("~", "33"),
+            output::safe(exchange),
+            output::safe(&kept_because.to_string())
+        ),
+        Step::DeleteExchange { exchange } => format!(
+            "  {} delete    exchange {}  (nothing routes from it or dead-letters through it)",
+            output::paint("-", "31"),
+            output::safe(exchange)
+        ),
         Step::Record { owner, topologies, .. } => format!(
             "  {} record    owner    {}: {} topolog{} recorded as its own (a global parameter)",
             output::paint("+", "32"),

@@ -316,8 +316,11 @@ fn entry(step: Step) -> Option<Entry> {
                 drains_into,
             })
         }
+        Step::KeptExchange { exchange, .. } => Entry::new(Status::Extra, Subject::Exchange { name: exchange }),
         Step::Record { owner, .. } => Entry::new(Status::Missing, Subject::Record { owner }),
         Step::Delete { .. } => return None,
+        // Planned only with --prune, which diff does not take; shown as what it is, an extra.
+        Step::DeleteExchange { exchange } => Entry::new(Status::Extra, Subject::Exchange { name: exchange }),
     })
 }
 

@@ -117,6 +117,15 @@ pub(super) fn steps(
                 });
                 continue;
             }
+            // The earlier main exchange's binding into a renamed topology's earlier main queue
+            // (both renamed at once): publishers not yet moved to the new exchange keep a route,
+            // into the new main queue, before the old one is unbound. Kept then as below.
+            if let Some(t) = earlier_intake(b, destination, &retiring, live, index, wanted).filter(|_| !prune) {
+                let repointed = Binding { destination: Destination::Queue(t.queue.clone()), ..b.clone() };
+                if !bindings.contains(&repointed) {
+                    steps.push(Step::Create { object: crate::model::Object::Binding(repointed) });
+                }
+            }
             // A renamed main exchange's binding to the main queue: publishers not yet moved to
             // the new exchange reach the queue through it, so it goes only with `--prune`. Not a
             // route queues dead-letter through (an earlier retry exchange's return).
@@ -180,7 +189,72 @@ pub(super) fn steps(
     }
     let retiring = Retiring { queues: retiring, old_contract, feeders, bound_into: bound_into(live) };
     retire(&retiring, live, index, options, &mut steps);
+    retire_exchanges(retired, live, index, wanted, &unbound, prune, &mut steps);
     steps
+}
+
+/// The exchanges retired and renamed topologies recorded that the spec no longer declares: each
+/// deleted with `--prune` once no queue dead-letters through it and no binding is left from or
+/// into it, counting the queues this plan deletes as gone: exchanges go after them, and the
+/// broker re-checks the bindings (`if-unused`), so one whose queue stays, stays too. A
+/// publisher still publishing to it then gets an error rather than its messages dropped as
+/// unroutable.
+fn retire_exchanges(
+    retired: &[Retired],
+    live: &Live,
+    index: &Index,
+    wanted: &rustc_hash::FxHashSet<Key<'_>>,
+    unbound: &BTreeSet<Binding>,
+    prune: bool,
+    steps: &mut Vec<Step>,
+) {
+    let earlier: BTreeSet<&crate::model::ExchangeName> = retired
+        .iter()
+        .flat_map(|r| &r.claimed.exchanges)
+        .filter(|e| live.exchanges.contains_key(*e) && !wanted.contains(&Key::Exchange(e)))
+        .collect();
+    // Without the bindings nothing says the exchange is unused (and records are read with them).
+    let (false, Some(all)) = (earlier.is_empty(), &live.bindings) else { return };
+    let deleting: rustc_hash::FxHashSet<QueueName> = steps
+        .iter()
+        .filter_map(|s| if let Step::Delete { queue, .. } = s { Some(queue.clone()) } else { None })
+        .collect();
+    // A queue dead-letters through an exchange by its arguments or by a policy.
+    let mut dead_letterers: rustc_hash::FxHashMap<&str, &QueueName> = rustc_hash::FxHashMap::default();
+    for (name, q) in live.queues.iter().filter(|(name, _)| !deleting.contains(*name)) {
+        let by_args = q.arguments.as_ref().and_then(|a| a.get(arg::DEAD_LETTER_EXCHANGE)).and_then(ArgValue::as_str);
+        let by_policy = [&q.policy, &q.operator_policy]
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p.definition.get("dead-letter-exchange").and_then(ArgValue::as_str));
+        for exchange in by_args.into_iter().chain(by_policy) {
+            dead_letterers.entry(exchange).or_insert(name);
+        }
+    }
+    let mut bound_into: rustc_hash::FxHashMap<&str, usize> = rustc_hash::FxHashMap::default();
+    for b in all {
+        if let Destination::Exchange(e) = &b.destination {
+            *bound_into.entry(e.as_str()).or_default() += 1;
+        }
+    }
+    for exchange in earlier {
+        let gone = |b: &Binding| {
+            unbound.contains(b) || matches!(&b.destination, Destination::Queue(q) if deleting.contains(q))
+        };
+        let bindings = index.bound_from(exchange).iter().filter(|b| !gone(b)).count()
+            + bound_into.get(exchange.as_str()).copied().unwrap_or(0);
+        let kept_because = if let Some(by) = dead_letterers.get(exchange.as_str()) {
+            Kept::DeadLetteredInto { by: (*by).clone() }
+        } else if bindings > 0 {
+            Kept::Routes { bindings }
+        } else if !prune {
+            Kept::NotPruning
+        } else {
+            steps.push(Step::DeleteExchange { exchange: exchange.clone() });
+            continue;
+        };
+        steps.push(Step::KeptExchange { exchange: exchange.clone(), kept_because });
+    }
 }
 
 /// The queues of retired topologies and of renamed ones' earlier names, with what decides each.
@@ -202,6 +276,30 @@ fn bound_into(live: &Live) -> Option<rustc_hash::FxHashSet<&QueueName>> {
             .filter_map(|b| if let Destination::Queue(q) = &b.destination { Some(q) } else { None })
             .collect(),
     )
+}
+
+/// The successor of the renamed topology whose earlier main exchange `b` comes from, into its
+/// earlier main queue: an exchange it recorded and the spec no longer declares, which no queue
+/// dead-letters through (a retry exchange's return is a route, not an intake), into a queue that
+/// dead-letters and is not a wait queue.
+fn earlier_intake<'a>(
+    b: &Binding,
+    destination: &QueueName,
+    retiring: &BTreeMap<&QueueName, &'a Retired<'a>>,
+    live: &Live,
+    index: &Index,
+    wanted: &rustc_hash::FxHashSet<Key<'_>>,
+) -> Option<&'a Topology> {
+    let r = retiring.get(destination)?;
+    let t = r.successor?;
+    let q = &live.queues[destination];
+    let dead_letters = q.arguments.as_ref().is_some_and(|a| a.get(arg::DEAD_LETTER_EXCHANGE).is_some());
+    (r.claimed.exchanges.contains(&b.source)
+        && !wanted.contains(&Key::Exchange(&b.source))
+        && index.dead_lettering_to(&b.source, &b.routing_key).is_empty()
+        && dead_letters
+        && !moves_on(q))
+    .then_some(t)
 }
 
 /// A queue that its TTL empties by itself: a wait queue.
@@ -304,6 +402,10 @@ pub enum Kept {
     EarlierExchange {
         exchange: crate::model::ExchangeName,
     },
+    /// An exchange bindings still route from or into (unknown when they could not be read).
+    Routes {
+        bindings: usize,
+    },
     /// A queue of a retired topology that holds messages no TTL moves on.
     Retired {
         topology: String,
@@ -342,6 +444,9 @@ impl std::fmt::Display for Kept {
                 f,
                 "the main exchange is now `{exchange}`; publishers that still publish here reach the queue through this binding: once none does, apply --prune removes it"
             ),
+            Kept::Routes { bindings } => {
+                write!(f, "{bindings} binding(s) still route from or into it; it goes once they have gone")
+            }
             Kept::Retired { topology, messages } => write!(
                 f,
                 "topology `{topology}` is retired and this queue holds {messages} message(s): consume them, move them to a queue that is consumed (the management UI's Move messages), or keep it; apply --prune deletes it once it is empty and unused"

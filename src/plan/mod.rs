@@ -104,6 +104,13 @@ pub enum Step {
         binding: Binding,
         kept_because: Kept,
     },
+    /// An exchange of a retired or renamed topology that the spec no longer declares, kept for
+    /// a reason (something still dead-letters through it or routes from it); else `--prune`
+    /// deletes it.
+    KeptExchange {
+        exchange: ExchangeName,
+        kept_because: Kept,
+    },
     /// An owner's record brought up to date (`ownership`), before anything else changes: over
     /// the management API, not AMQP.
     Record {
@@ -120,6 +127,11 @@ pub enum Step {
     Delete {
         queue: QueueName,
         broker_checks: bool,
+    },
+    /// An earlier exchange removed by `--prune`, with `if-unused`: the broker refuses while a
+    /// binding routes from it.
+    DeleteExchange {
+        exchange: ExchangeName,
     },
 }
 
@@ -180,8 +192,8 @@ impl Step {
             Step::Migrate { .. } => Action::Migrate,
             Step::MoveMessages { .. } => Action::MoveMessages,
             Step::Unbind { .. } => Action::Unbind,
-            Step::Extra { .. } | Step::KeptBinding { .. } => Action::Extra,
-            Step::Delete { .. } => Action::Delete,
+            Step::Extra { .. } | Step::KeptBinding { .. } | Step::KeptExchange { .. } => Action::Extra,
+            Step::Delete { .. } | Step::DeleteExchange { .. } => Action::Delete,
             Step::Record { .. } => Action::Record,
         }
     }
@@ -193,7 +205,7 @@ impl Step {
     /// Whether the broker refusing this step stops the run. A prune deletion it refuses (the
     /// queue is no longer empty) does not: the queue is kept, which is what the refusal is for.
     pub fn refusal_stops_the_run(&self) -> bool {
-        !matches!(self, Step::Delete { .. })
+        !matches!(self, Step::Delete { .. } | Step::DeleteExchange { .. })
     }
 }
 
@@ -223,8 +235,11 @@ pub enum Phase {
     Migrations,
     /// Bindings that moved, removed only once their replacements exist.
     Unbinds,
-    /// Left-over queues, deleted last.
+    /// Left-over queues.
     Deletes,
+    /// Earlier exchanges, once the queues bound from them have gone: the broker re-checks
+    /// (`if-unused`), so one whose queue's deletion was refused stays.
+    ExchangeDeletes,
 }
 
 /// A plan's changing steps in the order they may run, as step indices; the steps of one group
@@ -234,7 +249,7 @@ pub struct Phases {
     /// `Objects`, `Bindings`, `EntryBindings`, in that order.
     pub declarations: Vec<Vec<usize>>,
     pub migrations: Vec<usize>,
-    /// `Unbinds`, then `Deletes`.
+    /// `Unbinds`, `Deletes`, `ExchangeDeletes`.
     pub removals: Vec<Vec<usize>>,
 }
 
@@ -248,6 +263,7 @@ impl Phases {
             Phase::Migrations => &self.migrations,
             Phase::Unbinds => &self.removals[0],
             Phase::Deletes => &self.removals[1],
+            Phase::ExchangeDeletes => &self.removals[2],
         }
     }
 
@@ -272,10 +288,12 @@ fn phase_of(plan: &Plan, step: &Step) -> Option<Phase> {
         Step::Migrate { .. } | Step::MoveMessages { .. } => Phase::Migrations,
         Step::Unbind { .. } => Phase::Unbinds,
         Step::Delete { .. } => Phase::Deletes,
+        Step::DeleteExchange { .. } => Phase::ExchangeDeletes,
         Step::InSync { .. }
         | Step::Conflict { .. }
         | Step::Extra { .. }
         | Step::KeptBinding { .. }
+        | Step::KeptExchange { .. }
         | Step::Record { .. } => return None,
     })
 }
@@ -283,7 +301,7 @@ fn phase_of(plan: &Plan, step: &Step) -> Option<Phase> {
 /// The plan's changing steps, phase by phase.
 pub fn phases(plan: &Plan) -> Phases {
     let mut phases =
-        Phases { declarations: vec![Vec::new(); 3], migrations: Vec::new(), removals: vec![Vec::new(); 2] };
+        Phases { declarations: vec![Vec::new(); 3], migrations: Vec::new(), removals: vec![Vec::new(); 3] };
     for (i, step) in plan.steps.iter().enumerate() {
         let Some(phase) = phase_of(plan, step) else { continue };
         let group = match phase {
@@ -293,6 +311,7 @@ pub fn phases(plan: &Plan) -> Phases {
             Phase::Migrations => &mut phases.migrations,
             Phase::Unbinds => &mut phases.removals[0],
             Phase::Deletes => &mut phases.removals[1],
+            Phase::ExchangeDeletes => &mut phases.removals[2],
         };
         group.push(i);
     }
@@ -455,10 +474,14 @@ impl<'t> Desired<'t> {
         if let Some(records) = live.records.read() {
             refuse_what_others_own(vhost, self.topologies, &self.objects, records, &mut steps);
             leave_what_others_own(self.topologies, records, &mut leftovers);
-            let deleted = leftovers
-                .iter()
-                .filter_map(|s| if let Step::Delete { queue, .. } = s { Some(queue) } else { None })
-                .collect();
+            let mut deleted = ownership::Deleted::default();
+            for step in &leftovers {
+                match step {
+                    Step::Delete { queue, .. } => _ = deleted.queues.insert(queue),
+                    Step::DeleteExchange { exchange } => _ = deleted.exchanges.insert(exchange),
+                    _ => {}
+                }
+            }
             let records = ownership::updated(vhost, self.topologies, live, &deleted);
             steps.extend(records.into_iter().map(|record| Step::Record {
                 owner: record.owner.clone(),
@@ -544,6 +567,9 @@ fn leave_what_others_own(topologies: &[&CompiledTopology], records: &[Record], l
     let others = |kind: ObjectKind, name: &str| owners.iter().all(|mine| claims.other_than(kind, name, mine).is_some());
     leftovers.retain(|s| match s {
         Step::Extra { queue, .. } | Step::Delete { queue, .. } => !others(ObjectKind::Queue, queue),
+        Step::KeptExchange { exchange, .. } | Step::DeleteExchange { exchange } => {
+            !others(ObjectKind::Exchange, exchange)
+        }
         Step::Unbind { binding } | Step::KeptBinding { binding, .. } => match &binding.destination {
             Destination::Queue(q) => !others(ObjectKind::Queue, q),
             Destination::Exchange(e) => !others(ObjectKind::Exchange, e),

@@ -10,7 +10,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::compile::CompiledTopology;
 use crate::live::{Claimed, Live, Record};
-use crate::model::{Object, ObjectKind, Owner, QueueName};
+use crate::model::{ExchangeName, Object, ObjectKind, Owner, QueueName};
 
 /// An exchange or queue the spec would declare that another owner recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -172,13 +172,15 @@ pub fn records(vhost: &str, topologies: &[&CompiledTopology]) -> Vec<Record> {
 /// exists (a renamed queue stays its own until it is moved and deleted); a recorded topology no
 /// longer in the spec stays recorded, still to be retired.
 ///
-/// `deleted`: the queues the same plan deletes (`--prune`), no longer claimed once it ran.
-pub fn updated(
-    vhost: &str,
-    topologies: &[&CompiledTopology],
-    live: &Live,
-    deleted: &FxHashSet<&QueueName>,
-) -> Vec<Record> {
+/// `deleted`: what the same plan deletes (`--prune`), no longer claimed once it ran.
+/// The queues and exchanges a plan deletes.
+#[derive(Default)]
+pub struct Deleted<'a> {
+    pub queues: FxHashSet<&'a QueueName>,
+    pub exchanges: FxHashSet<&'a ExchangeName>,
+}
+
+pub fn updated(vhost: &str, topologies: &[&CompiledTopology], live: &Live, deleted: &Deleted) -> Vec<Record> {
     let Some(records) = live.records.read() else { return Vec::new() };
     let mut next: BTreeMap<&Owner, Record> = BTreeMap::new();
     for c in topologies {
@@ -191,26 +193,32 @@ pub fn updated(
         });
         let mut claimed = claimed(c);
         if let Some(old) = before.and_then(|r| r.topologies.get(&t.name)) {
-            claimed.exchanges.extend(old.exchanges.iter().filter(|e| live.exchanges.contains_key(*e)).cloned());
-            claimed
-                .queues
-                .extend(old.queues.iter().filter(|q| live.queues.contains_key(*q) && !deleted.contains(q)).cloned());
+            claimed.exchanges.extend(
+                old.exchanges
+                    .iter()
+                    .filter(|e| live.exchanges.contains_key(*e) && !deleted.exchanges.contains(e))
+                    .cloned(),
+            );
+            claimed.queues.extend(
+                old.queues.iter().filter(|q| live.queues.contains_key(*q) && !deleted.queues.contains(q)).cloned(),
+            );
         }
         record.topologies.insert(t.name.clone(), claimed);
     }
     // A retired topology keeps what of it is still there, and leaves the record with its last
-    // queue: its exchanges stay on the broker, unclaimed (a producer may still publish there).
-    let in_spec =
-        |owner: &Owner, name: &str| topologies.iter().any(|c| c.topology.owner == *owner && c.topology.name == name);
+    // queue and exchange.
+    let spec: FxHashSet<(&Owner, &str)> =
+        topologies.iter().map(|c| (&c.topology.owner, c.topology.name.as_str())).collect();
+    let in_spec = |owner: &Owner, name: &str| spec.contains(&(owner, name));
     for record in next.values_mut() {
         let owner = record.owner.clone();
         record.topologies.retain(|name, claimed| {
             if in_spec(&owner, name) {
                 return true;
             }
-            claimed.queues.retain(|q| live.queues.contains_key(q) && !deleted.contains(q));
-            claimed.exchanges.retain(|e| live.exchanges.contains_key(e));
-            !claimed.queues.is_empty()
+            claimed.queues.retain(|q| live.queues.contains_key(q) && !deleted.queues.contains(q));
+            claimed.exchanges.retain(|e| live.exchanges.contains_key(e) && !deleted.exchanges.contains(e));
+            !claimed.queues.is_empty() || !claimed.exchanges.is_empty()
         });
     }
     next.into_values().filter(|r| !records.contains(r)).collect()
@@ -231,7 +239,7 @@ mod tests {
     fn records_of(toml: &str) -> Vec<Record> {
         let c = compiled(toml);
         let live = Live { records: Records::Read(Vec::new()), ..Live::default() };
-        updated("/", &c.iter().collect::<Vec<_>>(), &live, &FxHashSet::default())
+        updated("/", &c.iter().collect::<Vec<_>>(), &live, &Deleted::default())
     }
 
     fn taken_names(toml: &str, records: &[Record]) -> Vec<String> {
@@ -270,12 +278,12 @@ mod tests {
         let c = compiled(TEAM_A);
         let live = Live { records: Records::Read(records), ..Live::default() };
         assert!(
-            updated("/", &c.iter().collect::<Vec<_>>(), &live, &FxHashSet::default()).is_empty(),
+            updated("/", &c.iter().collect::<Vec<_>>(), &live, &Deleted::default()).is_empty(),
             "in sync: nothing to write"
         );
         let unread = Live::default();
         assert!(
-            updated("/", &c.iter().collect::<Vec<_>>(), &unread, &FxHashSet::default()).is_empty(),
+            updated("/", &c.iter().collect::<Vec<_>>(), &unread, &Deleted::default()).is_empty(),
             "records not read: none written"
         );
     }
@@ -289,7 +297,7 @@ mod tests {
         let mut live = Live { records: Records::Read(before), ..Live::default() };
         live.queues.insert("orders".into(), Default::default());
         live.queues.insert("gone".into(), Default::default());
-        let after = updated("/", &renamed.iter().collect::<Vec<_>>(), &live, &FxHashSet::default());
+        let after = updated("/", &renamed.iter().collect::<Vec<_>>(), &live, &Deleted::default());
         let orders = &after[0].topologies["orders"];
         assert!(orders.queues.contains("orders") && orders.queues.contains("orders-v2"), "{orders:?}");
         assert!(!orders.queues.contains("orders.dlq"), "recorded, gone from the broker and the spec: dropped");
@@ -300,7 +308,7 @@ mod tests {
             "still to be retired: {gone:?}"
         );
         live.queues.remove("gone");
-        let after = updated("/", &renamed.iter().collect::<Vec<_>>(), &live, &FxHashSet::default());
+        let after = updated("/", &renamed.iter().collect::<Vec<_>>(), &live, &Deleted::default());
         assert!(!after[0].topologies.contains_key("gone"), "retired: its last queue went");
     }
 

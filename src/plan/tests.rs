@@ -514,6 +514,42 @@ fn count_migrations(p: &Plan) -> usize {
     p.steps.iter().filter(|s| matches!(s, Step::Migrate { .. })).count()
 }
 
+/// The main exchange and the main queue renamed in one spec: the old exchange's intake is bound
+/// into the new main queue before it leaves the old one, so a publisher still on the old exchange
+/// keeps a route; the next plan keeps that binding until `--prune`, like any earlier exchange's.
+#[test]
+fn an_earlier_exchange_renamed_with_its_queue_is_bound_into_the_new_queue_first() {
+    let before = compiled(ORDERS);
+    let mut live = live_from(&before[0].objects);
+    live.records = crate::live::Records::Read(super::ownership::records("/", &[&before[0]]));
+    let renamed =
+        compiled(&ORDERS.replace("max_attempts", "exchange = \"orders-in\"\nqueue = \"orders-v2\"\nmax_attempts"));
+    let (old, repointed) =
+        (Binding::to_queue("orders", "orders", "orders"), Binding::to_queue("orders", "orders-v2", "orders"));
+    let first = plan("/", &[&renamed[0]], &live, &prune(false));
+    let created =
+        first.steps.iter().position(|s| matches!(s, Step::Create { object: Object::Binding(b) } if *b == repointed));
+    assert!(created.is_some(), "{:#?}", first.steps);
+    assert!(first.steps.iter().any(|s| matches!(s, Step::Unbind { binding } if *binding == old)));
+    let phases = super::phases(&first);
+    let (bound, unbound) = (phases.declarations.concat(), phases.removals.concat());
+    assert!(bound.contains(&created.unwrap()) && !unbound.contains(&created.unwrap()), "bound before the unbind");
+
+    // Once bound (and the old binding gone), kept until --prune, and never bound twice.
+    live.bindings.as_mut().unwrap().remove(&old);
+    live.bindings.as_mut().unwrap().insert(repointed.clone());
+    let next = plan("/", &[&renamed[0]], &live, &prune(false));
+    assert!(!next.steps.iter().any(|s| matches!(s, Step::Create { object: Object::Binding(b) } if *b == repointed)));
+    assert!(next.steps.iter().any(|s| matches!(s, Step::KeptBinding { binding, .. } if *binding == repointed)));
+    // With --prune the user says no publisher uses the old exchange: nothing is re-pointed.
+    live.bindings.as_mut().unwrap().remove(&repointed);
+    live.bindings.as_mut().unwrap().insert(old.clone());
+    let pruned = plan("/", &[&renamed[0]], &live, &prune(true));
+    assert!(
+        !pruned.steps.iter().any(|s| matches!(s, Step::Create { object: Object::Binding(b) } if b.source == "orders"))
+    );
+}
+
 /// A renamed main exchange: the topology's record names the old one, whose binding to the main
 /// queue publishers may still use. Kept (and reported, so diff is not in sync) until `--prune`.
 #[test]
@@ -539,4 +575,74 @@ fn a_renamed_main_exchange_keeps_its_binding_until_prune() {
     live.records = crate::live::Records::Read(Vec::new());
     let unrecorded = plan("/", &[&renamed[0]], &live, &prune(true));
     assert!(!unrecorded.steps.iter().any(|s| matches!(s, Step::Unbind { .. } | Step::KeptBinding { .. })));
+}
+
+/// A retired topology's exchanges stay while anything still dead-letters through them or routes
+/// from them, and go with `--prune` once nothing does; the topology leaves the record with the
+/// last of them. An exchange someone else still binds from is kept, saying so.
+#[test]
+fn a_retired_topologys_exchanges_go_with_prune_once_nothing_uses_them() {
+    let both = compiled(&format!("{ORDERS}\n[topology.old]\ndelays = [\"5s\"]\nmax_attempts = 3\n"));
+    let mut live = live_from(&both.iter().flat_map(|c| c.objects.clone()).collect::<Vec<_>>());
+    live.records = crate::live::Records::Read(super::ownership::records("/", &both.iter().collect::<Vec<_>>()));
+    let orders = compiled(ORDERS);
+    let exchanges = |p: &Plan| -> Vec<(String, bool)> {
+        p.steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::KeptExchange { exchange, .. } => Some((exchange.to_string(), false)),
+                Step::DeleteExchange { exchange } => Some((exchange.to_string(), true)),
+                _ => None,
+            })
+            .collect()
+    };
+    let kept = |names: &[&str]| names.iter().map(|n| (n.to_string(), false)).collect::<Vec<_>>();
+
+    // Its queues are still there: its dead-letter and retry exchanges are routes they use. Its
+    // main exchange routes nowhere once its intake is unbound (this run, before the deletions):
+    // a publisher still using it gets an error rather than its messages dropped unroutable.
+    let first = plan("/", &[&orders[0]], &live, &prune(true));
+    let want = [("old".to_string(), true), ("old.dlx".to_string(), false), ("old.retry".to_string(), false)];
+    assert_eq!(exchanges(&first), want, "{:#?}", first.steps);
+    assert!(first.steps.iter().any(|s| matches!(s,
+        Step::KeptExchange { exchange, kept_because: Kept::DeadLetteredInto { .. } } if exchange == "old.dlx")));
+
+    // Its queues gone (and with them their bindings): nothing uses the exchanges.
+    let old_queues: Vec<QueueName> = both
+        .iter()
+        .find(|c| c.topology.name == "old")
+        .unwrap()
+        .objects
+        .iter()
+        .filter_map(|o| match o {
+            Object::Queue(q) => Some(q.name.clone()),
+            _ => None,
+        })
+        .collect();
+    for q in &old_queues {
+        live.queues.remove(q);
+    }
+    live.bindings
+        .as_mut()
+        .unwrap()
+        .retain(|b| !matches!(&b.destination, Destination::Queue(q) if old_queues.contains(q)));
+    let not_pruning = plan("/", &[&orders[0]], &live, &prune(false));
+    assert_eq!(exchanges(&not_pruning), kept(&["old", "old.dlx", "old.retry"]));
+    let pruned = plan("/", &[&orders[0]], &live, &prune(true));
+    let deleted: Vec<(String, bool)> = ["old", "old.dlx", "old.retry"].iter().map(|n| (n.to_string(), true)).collect();
+    assert_eq!(exchanges(&pruned), deleted);
+    let record =
+        pruned.steps.iter().find_map(|s| if let Step::Record { record, .. } = s { Some(record) } else { None });
+    assert!(record.is_some_and(|r| !r.topologies.contains_key("old")), "leaves the record: {record:#?}");
+    let deletes = super::phases(&pruned).removals.concat();
+    assert!(
+        pruned.steps.iter().enumerate().all(|(i, s)| !matches!(s, Step::DeleteExchange { .. }) || deletes.contains(&i))
+    );
+
+    // An audit queue someone bound to the old main exchange: its binding is not hopper's to
+    // remove, and the exchange stays for it.
+    live.bindings.as_mut().unwrap().insert(Binding::to_queue("old", "audit", "#"));
+    let audited = plan("/", &[&orders[0]], &live, &prune(true));
+    assert!(audited.steps.iter().any(|s| matches!(s,
+        Step::KeptExchange { exchange, kept_because: Kept::Routes { bindings: 1 } } if exchange == "old")));
 }

@@ -122,6 +122,68 @@ async fn a_renamed_main_queue_is_moved_under_a_running_publisher(broker: Broker)
     assert_eq!(vhost.json(&["diff", "--detailed-exitcode", spec]).0, Some(0), "in sync once moved");
 }
 
+/// The main exchange and the main queue renamed in one spec, with a publisher still on the old
+/// exchange throughout: the old exchange is bound into the new queue before its binding into the
+/// old one goes, and kept so until `--prune`, which then removes it with the earlier retry and
+/// dead-letter exchanges once nothing uses them.
+async fn a_renamed_main_exchange_and_queue_keep_the_old_exchange_routed(broker: Broker) {
+    let vhost = Vhost::new(broker, "rename-exchange").await;
+    let spec = vhost.spec("orders.toml", ORDERS);
+    let spec = spec.to_str().unwrap();
+    assert_eq!(vhost.json(&["apply", spec]).0, Some(0));
+    let connection = vhost.connect().await;
+    support::publish(&connection, "orders", "orders", &ids("main", 4)).await;
+    support::publish(&connection, "orders.dlx", "orders.dlq", &ids("dead", 2)).await;
+    let publisher = Publisher::start(vhost.amqp_url(), "orders", "orders", "old-exchange");
+    support::wait_for_count_at_least(&connection, "orders", 6, Duration::from_secs(10)).await;
+
+    let renamed = "exchange = \"orders-in\"\nqueue = \"orders-v2\"\nmax_attempts";
+    vhost.spec("orders.toml", &ORDERS.replace("max_attempts", renamed));
+    let (code, first) = vhost.json(&["apply", "--migrate", spec]);
+    assert_eq!(code, Some(0), "{first:#}");
+    let steps = support::steps(&first);
+    for source in ["orders", "orders-in"] {
+        support::one(
+            steps,
+            &json!({"action": "create", "object": {"object": "binding", "source": source, "destination": "orders-v2"}}),
+        );
+    }
+    support::one(steps, &json!({"action": "unbind", "binding": {"source": "orders", "destination": "orders"}}));
+    let (code, second) = vhost.json(&["apply", "--migrate", spec]);
+    assert_eq!(code, Some(0), "{second:#}");
+    support::one(
+        support::steps(&second),
+        &json!({"action": "kept_binding", "binding": {"source": "orders", "destination": "orders-v2"}}),
+    );
+    assert_eq!(vhost.json(&["diff", "--detailed-exitcode", spec]).0, Some(2), "the old exchange still routes");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (live, unrouted) = publisher.stop();
+    assert!(unrouted.is_empty(), "the old exchange routed throughout: {unrouted:?}");
+    assert!(live.len() > 6, "the publisher ran through the rename: {}", live.len());
+
+    // The publishers have moved: --prune takes the old exchanges away once nothing uses them.
+    apply_until_gone(
+        &vhost,
+        &["apply", "--migrate", "--prune", "--consumers-upgraded", spec],
+        &["orders", "orders.wait-1s", "orders.dlq"],
+    )
+    .await;
+    let exchanges: Vec<String> = support::list(broker, "exchanges", &vhost.name)
+        .await
+        .iter()
+        .map(|e| e["name"].as_str().unwrap().to_string())
+        .filter(|name| name.starts_with("orders"))
+        .collect();
+    assert_eq!(exchanges, ["orders-in", "orders-v2.dlx", "orders-v2.retry"], "the earlier exchanges deleted");
+    let got: BTreeSet<String> = taken(&connection, "orders-v2").await.into_iter().collect();
+    let want: BTreeSet<String> = [ids("main", 4), live].concat().into_iter().collect();
+    let lost: Vec<&String> = want.difference(&got).collect();
+    assert!(lost.is_empty(), "lost: {lost:?}");
+    let dead: BTreeSet<String> = taken(&connection, "orders-v2.dlq").await.into_iter().collect();
+    assert_eq!(dead, ids("dead", 2).into_iter().collect::<BTreeSet<_>>());
+    assert_eq!(vhost.json(&["diff", "--detailed-exitcode", spec]).0, Some(0), "in sync once moved");
+}
+
 /// `dead_letter_queue` renamed, then `apply --migrate`: the parked messages follow it, and
 /// `diff` is not in sync while the old dead-letter queue holds any.
 async fn a_renamed_dead_letter_queue_takes_its_parked_messages_along(broker: Broker) {
@@ -245,6 +307,7 @@ async fn a_retirement_killed_twice_loses_nothing(broker: Broker) {
 
 on_every_broker!(
     a_renamed_main_queue_is_moved_under_a_running_publisher,
+    a_renamed_main_exchange_and_queue_keep_the_old_exchange_routed,
     a_renamed_dead_letter_queue_takes_its_parked_messages_along,
     a_rename_killed_twice_mid_move_loses_nothing,
     a_retirement_killed_twice_loses_nothing,
