@@ -48,6 +48,7 @@ pub struct Args {
     pub dry_run: bool,
     /// Delete queues left over from earlier versions of the spec (old wait queues), only when
     /// they are empty and have no consumers; the broker checks both at the moment of deletion.
+    /// Retired and renamed topologies' earlier exchanges go too, once nothing uses them.
     #[arg(long)]
     pub prune: bool,
     /// Give a queue whose arguments cannot change in place (queue type, dead-letter settings,
