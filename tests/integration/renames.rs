@@ -184,8 +184,9 @@ async fn a_renamed_main_exchange_and_queue_keep_the_old_exchange_routed(broker: 
     assert_eq!(vhost.json(&["diff", "--detailed-exitcode", spec]).0, Some(0), "in sync once moved");
 }
 
-/// `dead_letter_queue` renamed, then `apply --migrate`: the parked messages follow it, and
-/// `diff` is not in sync while the old dead-letter queue holds any.
+/// `dead_letter_queue` renamed, then `apply --migrate`, with a publisher running: the parked
+/// messages follow it, the published ones all reach the main queue, and `diff` is not in sync
+/// while the old dead-letter queue holds any.
 async fn a_renamed_dead_letter_queue_takes_its_parked_messages_along(broker: Broker) {
     let vhost = Vhost::new(broker, "rename-dlq").await;
     let spec = vhost.spec("orders.toml", ORDERS);
@@ -193,6 +194,9 @@ async fn a_renamed_dead_letter_queue_takes_its_parked_messages_along(broker: Bro
     assert_eq!(vhost.json(&["apply", spec]).0, Some(0));
     let connection = vhost.connect().await;
     support::publish(&connection, "orders.dlx", "orders.dlq", &ids("parked", 6)).await;
+    // Publishing to the main exchange throughout: the main queue is migrated under it.
+    let publisher = Publisher::start(vhost.amqp_url(), "orders", "orders", "live");
+    support::wait_for_count_at_least(&connection, "orders", 3, Duration::from_secs(10)).await;
 
     vhost.spec("orders.toml", &ORDERS.replace("max_attempts", "dead_letter_queue = \"orders.parked\"\nmax_attempts"));
     let (code, diff) = vhost.json(&["diff", "--detailed-exitcode", spec]);
@@ -209,6 +213,11 @@ async fn a_renamed_dead_letter_queue_takes_its_parked_messages_along(broker: Bro
     let kept = support::one(support::steps(&report), &json!({"action": "extra", "queue": "orders.dlq", "messages": 6}));
     assert!(kept["kept_because"].as_str().unwrap().contains("now uses `orders.parked`"), "{kept:#}");
     assert_eq!(vhost.json(&["diff", "--detailed-exitcode", spec]).0, Some(2), "six messages still parked there");
+    let (live, unrouted) = publisher.stop();
+    assert!(unrouted.is_empty(), "routed throughout: {unrouted:?}");
+    let got: BTreeSet<String> = taken(&connection, "orders").await.into_iter().collect();
+    let lost: Vec<&String> = live.iter().filter(|id| !got.contains(*id)).collect();
+    assert!(lost.is_empty() && live.len() > 3, "{} published, lost: {lost:?}", live.len());
 
     apply_until_gone(&vhost, &["apply", "--migrate", "--prune", spec], &["orders.dlq"]).await;
     let mut parked = taken(&connection, "orders.parked").await;
