@@ -106,6 +106,18 @@ pub(super) fn steps(
                         && r.claimed.exchanges.contains(&b.source)
                         && moves_on(&live.queues[destination])
                 });
+            // An earlier retry exchange's key into a wait queue the topology still has (only
+            // `retry_exchange` renamed): consumers on the old contract still publish there.
+            let successor = index.owner_of_queue(destination).first().and_then(|c| renamed.get(&c.topology.queue));
+            let from_earlier = successor.filter(|(r, _)| {
+                r.claimed.exchanges.contains(&b.source) && !wanted.contains(&Key::Exchange(&b.source))
+            });
+            let earlier_exchange_key = from_earlier.is_some_and(|(_, t)| {
+                b.routing_key.parse::<u32>().is_ok()
+                    && t.strategy == Strategy::Republish
+                    && matches!(t.generated_name(destination), Some(GeneratedName::Wait { hop: None }))
+            });
+            let earlier_retry_key = earlier_retry_key || (earlier_exchange_key && !options.consumers_upgraded);
             if (retry_key || earlier_retry_key) && !still_used {
                 old_contract.insert(destination, b.routing_key.as_str());
                 steps.push(Step::InSync {
@@ -137,11 +149,13 @@ pub(super) fn steps(
             if let (Some((_, t)), false) = (earlier_exchange, prune) {
                 steps.push(Step::KeptBinding {
                     binding: b.clone(),
-                    kept_because: Kept::EarlierExchange { exchange: t.exchange.clone() },
+                    kept_because: Kept::EarlierExchange { exchange: b.source.clone(), topology: t.name.clone() },
                 });
                 continue;
             }
-            if (ours || retiring_binding || earlier_exchange.is_some()) && (replaced || !still_used) {
+            if (ours || retiring_binding || earlier_exchange.is_some() || earlier_exchange_key)
+                && (replaced || !still_used)
+            {
                 unbound.insert(b.clone());
                 steps.push(Step::Unbind { binding: b.clone() });
             }
@@ -398,9 +412,11 @@ pub enum Kept {
         to: QueueName,
         routed: bool,
     },
-    /// A binding from a renamed main exchange to the main queue (`exchange` is the name now).
+    /// A binding from an exchange `topology` recorded and no longer declares (its main
+    /// exchange before a rename) into its main queue.
     EarlierExchange {
         exchange: crate::model::ExchangeName,
+        topology: String,
     },
     /// An exchange bindings still route from or into (unknown when they could not be read).
     Routes {
@@ -440,9 +456,9 @@ impl std::fmt::Display for Kept {
                 f,
                 "topology `{topology}` now uses `{to}`; this queue holds {messages} message(s): apply --migrate moves them there, once nobody consumes this queue"
             ),
-            Kept::EarlierExchange { exchange } => write!(
+            Kept::EarlierExchange { exchange, topology } => write!(
                 f,
-                "the main exchange is now `{exchange}`; publishers that still publish here reach the queue through this binding: once none does, apply --prune removes it"
+                "topology `{topology}` no longer declares `{exchange}`; publishers that still publish there reach the queue through this binding: once none does, apply --prune removes it"
             ),
             Kept::Routes { bindings } => {
                 write!(f, "{bindings} binding(s) still route from or into it; it goes once they have gone")

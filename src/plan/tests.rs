@@ -550,6 +550,28 @@ fn an_earlier_exchange_renamed_with_its_queue_is_bound_into_the_new_queue_first(
     );
 }
 
+/// Only `retry_exchange` renamed: consumers on the old contract still publish retries to the old
+/// one, whose keys into the wait queue stay until `--consumers-upgraded`, and then go.
+#[test]
+fn an_earlier_retry_exchange_keeps_its_keys_until_consumers_upgrade() {
+    let before = compiled(ORDERS);
+    let mut live = live_from(&before[0].objects);
+    live.records = crate::live::Records::Read(super::ownership::records("/", &[&before[0]]));
+    let renamed = compiled(&ORDERS.replace("max_attempts", "retry_exchange = \"orders.retry-v2\"\nmax_attempts"));
+    let key = Binding::to_queue("orders.retry", "orders.wait-5s", "1");
+    assert!(live.bindings.as_ref().unwrap().contains(&key), "{:#?}", live.bindings);
+    let kept = plan("/", &[&renamed[0]], &live, &prune(true));
+    assert!(
+        kept.steps.iter().any(|s| matches!(s, Step::InSync { object: Object::Binding(b), note: Some(_) } if *b == key)),
+        "{:#?}",
+        kept.steps
+    );
+    assert!(!kept.steps.iter().any(|s| matches!(s, Step::Unbind { binding } if *binding == key)));
+    let upgraded = Options { consumers_upgraded: true, ..prune(true) };
+    let gone = plan("/", &[&renamed[0]], &live, &upgraded);
+    assert!(gone.steps.iter().any(|s| matches!(s, Step::Unbind { binding } if *binding == key)), "{:#?}", gone.steps);
+}
+
 /// A renamed main exchange: the topology's record names the old one, whose binding to the main
 /// queue publishers may still use. Kept (and reported, so diff is not in sync) until `--prune`.
 #[test]
@@ -563,8 +585,8 @@ fn a_renamed_main_exchange_keeps_its_binding_until_prune() {
     assert!(
         kept.steps
             .iter()
-            .any(|s| matches!(s, Step::KeptBinding { binding, kept_because: Kept::EarlierExchange { exchange } }
-            if *binding == old && exchange == "orders-in")),
+            .any(|s| matches!(s, Step::KeptBinding { binding, kept_because: Kept::EarlierExchange { exchange, .. } }
+            if *binding == old && exchange == "orders")),
         "{:#?}",
         kept.steps
     );

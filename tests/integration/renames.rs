@@ -184,6 +184,51 @@ async fn a_renamed_main_exchange_and_queue_keep_the_old_exchange_routed(broker: 
     assert_eq!(vhost.json(&["diff", "--detailed-exitcode", spec]).0, Some(0), "in sync once moved");
 }
 
+/// Only `retry_exchange` renamed, with a consumer on the old contract publishing retries to the
+/// old one throughout: its keys stay routed until `--consumers-upgraded`, and every retry comes
+/// back to the main queue; then `--prune` deletes the old exchange, and the vhost is in sync.
+async fn a_renamed_retry_exchange_keeps_old_consumers_retrying(broker: Broker) {
+    let vhost = Vhost::new(broker, "rename-retry").await;
+    let spec = vhost.spec("orders.toml", ORDERS);
+    let spec = spec.to_str().unwrap();
+    assert_eq!(vhost.json(&["apply", spec]).0, Some(0));
+    let connection = vhost.connect().await;
+    let old_contract = Publisher::start(vhost.amqp_url(), "orders.retry", "1", "old-contract");
+    support::wait_for_count_at_least(&connection, "orders", 3, Duration::from_secs(10)).await;
+
+    vhost.spec("orders.toml", &ORDERS.replace("max_attempts", "retry_exchange = \"orders.retry-v2\"\nmax_attempts"));
+    for _ in 0..2 {
+        let (code, report) = vhost.json(&["apply", "--migrate", "--prune", spec]);
+        assert_eq!(code, Some(0), "{report:#}");
+        support::none(
+            support::steps(&report),
+            &json!({"action": "unbind", "binding": {"source": "orders.retry", "routing_key": "1"}}),
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (retried, unrouted) = old_contract.stop();
+    assert!(unrouted.is_empty(), "no retry returned to the old contract: {unrouted:?}");
+    support::publish(&connection, "orders.retry-v2", "1", &ids("new-contract", 2)).await;
+
+    let start = std::time::Instant::now();
+    let old_exchange_gone = loop {
+        let (code, report) = vhost.json(&["apply", "--migrate", "--prune", "--consumers-upgraded", spec]);
+        assert_eq!(code, Some(0), "{report:#}");
+        let exchanges = support::list(broker, "exchanges", &vhost.name).await;
+        if exchanges.iter().all(|e| e["name"] != "orders.retry") || start.elapsed() > Duration::from_secs(60) {
+            break exchanges.iter().all(|e| e["name"] != "orders.retry");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert!(old_exchange_gone, "the old retry exchange deleted once nothing uses it");
+    support::wait_for_count(&connection, "orders.wait-1s", 0, Duration::from_secs(20)).await;
+    let got: BTreeSet<String> = taken(&connection, "orders").await.into_iter().collect();
+    let want: BTreeSet<String> = [retried, ids("new-contract", 2)].concat().into_iter().collect();
+    let lost: Vec<&String> = want.difference(&got).collect();
+    assert!(lost.is_empty(), "every retry back in the main queue; lost: {lost:?}");
+    assert_eq!(vhost.json(&["diff", "--detailed-exitcode", spec]).0, Some(0), "in sync once moved");
+}
+
 /// `dead_letter_queue` renamed, then `apply --migrate`, with a publisher running: the parked
 /// messages follow it, the published ones all reach the main queue, and `diff` is not in sync
 /// while the old dead-letter queue holds any.
@@ -317,6 +362,7 @@ async fn a_retirement_killed_twice_loses_nothing(broker: Broker) {
 on_every_broker!(
     a_renamed_main_queue_is_moved_under_a_running_publisher,
     a_renamed_main_exchange_and_queue_keep_the_old_exchange_routed,
+    a_renamed_retry_exchange_keeps_old_consumers_retrying,
     a_renamed_dead_letter_queue_takes_its_parked_messages_along,
     a_rename_killed_twice_mid_move_loses_nothing,
     a_retirement_killed_twice_loses_nothing,
