@@ -153,7 +153,10 @@ pub(super) fn steps(
                 });
                 continue;
             }
-            if (ours || retiring_binding || earlier_exchange.is_some() || earlier_exchange_key)
+            // Any other binding from an exchange the topology no longer declares into one of its
+            // queues (an earlier dead-letter exchange's into the dead-letter queue) goes once no
+            // queue dead-letters through it.
+            if (ours || retiring_binding || earlier_exchange.is_some() || from_earlier.is_some())
                 && (replaced || !still_used)
             {
                 unbound.insert(b.clone());

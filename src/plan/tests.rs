@@ -572,6 +572,32 @@ fn an_earlier_retry_exchange_keeps_its_keys_until_consumers_upgrade() {
     assert!(gone.steps.iter().any(|s| matches!(s, Step::Unbind { binding } if *binding == key)), "{:#?}", gone.steps);
 }
 
+/// Only `dead_letter_exchange` renamed, once the main queue dead-letters through the new one: the
+/// old exchange's binding into the dead-letter queue goes, and then the old exchange with
+/// `--prune`. While the main queue still dead-letters through it, both stay.
+#[test]
+fn an_earlier_dead_letter_exchange_goes_once_nothing_dead_letters_through_it() {
+    let before = compiled(ORDERS);
+    let renamed = compiled(&ORDERS.replace("max_attempts", "dead_letter_exchange = \"orders.dead\"\nmax_attempts"));
+    let old = Binding::to_queue("orders.dlx", "orders.dlq", "orders.dlq");
+    let mut live = live_from(&before[0].objects);
+    live.records = crate::live::Records::Read(super::ownership::records("/", &[&before[0]]));
+    let unbinds = |p: &Plan| p.steps.iter().any(|s| matches!(s, Step::Unbind { binding } if *binding == old));
+    let waiting = plan("/", &[&renamed[0]], &live, &Options { migrate: true, ..prune(true) });
+    assert!(!unbinds(&waiting), "the main queue still dead-letters through it: {:#?}", waiting.steps);
+
+    // Migrated: the broker now holds the new spec's objects beside the old exchange's binding.
+    let mut migrated = live_from(&renamed[0].objects);
+    migrated.records = live.records.clone();
+    migrated.exchanges.insert("orders.dlx".into(), live.exchanges["orders.dlx"].clone());
+    migrated.bindings.as_mut().unwrap().insert(old.clone());
+    let first = plan("/", &[&renamed[0]], &migrated, &prune(true));
+    assert!(unbinds(&first), "{:#?}", first.steps);
+    migrated.bindings.as_mut().unwrap().remove(&old);
+    let second = plan("/", &[&renamed[0]], &migrated, &prune(true));
+    assert!(second.steps.iter().any(|s| matches!(s, Step::DeleteExchange { exchange } if exchange == "orders.dlx")));
+}
+
 /// A renamed main exchange: the topology's record names the old one, whose binding to the main
 /// queue publishers may still use. Kept (and reported, so diff is not in sync) until `--prune`.
 #[test]
