@@ -710,9 +710,38 @@ async fn execute(
         }
     }
     applied += migrated.len();
-    let (removals_refused, removed) = tally(session.execute(endpoint, plan, removals, applied, failovers).await?);
+    let outcomes = session.execute(endpoint, plan, removals, applied, failovers).await?;
+    let deleted: Vec<usize> = outcomes.iter().filter(|(_, o)| *o == amqp::Executed::Done).map(|(i, _)| *i).collect();
+    let (removals_refused, removed) = tally(outcomes);
     refused.extend(removals_refused);
+    forget_deleted(endpoint, plan, &deleted).await?;
     Ok((refused, migrated, applied + removed))
+}
+
+/// The owners' records without what the broker has just deleted (`deleted`: the removals it
+/// carried out). Only after the deletions: a run stopped before one leaves it recorded, so the
+/// next run still finds it.
+async fn forget_deleted(endpoint: &Endpoint, plan: &Plan, deleted: &[usize]) -> Result<()> {
+    let (mut queues, mut exchanges) = (rustc_hash::FxHashSet::default(), rustc_hash::FxHashSet::default());
+    for i in deleted {
+        match &plan.steps[*i] {
+            Step::Delete { queue, .. } => _ = queues.insert(queue),
+            Step::DeleteExchange { exchange } => _ = exchanges.insert(exchange),
+            _ => {}
+        }
+    }
+    if queues.is_empty() && exchanges.is_empty() {
+        return Ok(());
+    }
+    for after in plan.records.iter().filter_map(|r| plan::ownership::without(r, &queues, &exchanges)) {
+        http::write_record(endpoint, &after).await.map_err(|e| {
+            anyhow::anyhow!(
+                "{e:#}; in vhost `{}` the deletions were made, and the owner's record still names them: run apply again to bring it up to date",
+                plan.vhost
+            )
+        })?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -109,9 +109,7 @@ pub(super) fn steps(
             // An earlier retry exchange's key into a wait queue the topology still has (only
             // `retry_exchange` renamed): consumers on the old contract still publish there.
             let successor = index.owner_of_queue(destination).first().and_then(|c| renamed.get(&c.topology.queue));
-            let from_earlier = successor.filter(|(r, _)| {
-                r.claimed.exchanges.contains(&b.source) && !wanted.contains(&Key::Exchange(&b.source))
-            });
+            let from_earlier = successor.filter(|(r, t)| earlier(r, t, &b.source));
             let earlier_exchange_key = from_earlier.is_some_and(|(_, t)| {
                 b.routing_key.parse::<u32>().is_ok()
                     && t.strategy == Strategy::Republish
@@ -132,7 +130,7 @@ pub(super) fn steps(
             // The earlier main exchange's binding into a renamed topology's earlier main queue
             // (both renamed at once): publishers not yet moved to the new exchange keep a route,
             // into the new main queue, before the old one is unbound. Kept then as below.
-            if let Some(t) = earlier_intake(b, destination, &retiring, live, index, wanted).filter(|_| !prune) {
+            if let Some(t) = earlier_intake(b, destination, &retiring, live, index).filter(|_| !prune) {
                 let repointed = Binding { destination: Destination::Queue(t.queue.clone()), ..b.clone() };
                 if !bindings.contains(&repointed) {
                     steps.push(Step::Create { object: crate::model::Object::Binding(repointed) });
@@ -141,10 +139,8 @@ pub(super) fn steps(
             // A renamed main exchange's binding to the main queue: publishers not yet moved to
             // the new exchange reach the queue through it, so it goes only with `--prune`. Not a
             // route queues dead-letter through (an earlier retry exchange's return).
-            let earlier_exchange = renamed.get(destination).filter(|(r, _)| {
-                index.dead_lettering_to(&b.source, &b.routing_key).is_empty()
-                    && r.claimed.exchanges.contains(&b.source)
-                    && !wanted.contains(&Key::Exchange(&b.source))
+            let earlier_exchange = renamed.get(destination).filter(|(r, t)| {
+                index.dead_lettering_to(&b.source, &b.routing_key).is_empty() && earlier(r, t, &b.source)
             });
             if let (Some((_, t)), false) = (earlier_exchange, prune) {
                 steps.push(Step::KeptBinding {
@@ -258,8 +254,13 @@ fn retire_exchanges(
         let gone = |b: &Binding| {
             unbound.contains(b) || matches!(&b.destination, Destination::Queue(q) if deleting.contains(q))
         };
+        // This plan's bindings from it (an earlier main exchange bound into the new main queue).
+        let binding = steps.iter().filter(
+            |s| matches!(s, Step::Create { object: crate::model::Object::Binding(b) } if b.source == *exchange),
+        );
         let bindings = index.bound_from(exchange).iter().filter(|b| !gone(b)).count()
-            + bound_into.get(exchange.as_str()).copied().unwrap_or(0);
+            + bound_into.get(exchange.as_str()).copied().unwrap_or(0)
+            + binding.count();
         let kept_because = if let Some(by) = dead_letterers.get(exchange.as_str()) {
             Kept::DeadLetteredInto { by: (*by).clone() }
         } else if bindings > 0 {
@@ -296,7 +297,7 @@ fn bound_into(live: &Live) -> Option<rustc_hash::FxHashSet<&QueueName>> {
 }
 
 /// The successor of the renamed topology whose earlier main exchange `b` comes from, into its
-/// earlier main queue: an exchange it recorded and the spec no longer declares, which no queue
+/// earlier main queue: an exchange it recorded and no longer has (`earlier`), which no queue
 /// dead-letters through (a retry exchange's return is a route, not an intake), into a queue that
 /// dead-letters and is not a wait queue.
 fn earlier_intake<'a>(
@@ -305,18 +306,26 @@ fn earlier_intake<'a>(
     retiring: &BTreeMap<&QueueName, &'a Retired<'a>>,
     live: &Live,
     index: &Index,
-    wanted: &rustc_hash::FxHashSet<Key<'_>>,
 ) -> Option<&'a Topology> {
     let r = retiring.get(destination)?;
     let t = r.successor?;
     let q = &live.queues[destination];
     let dead_letters = q.arguments.as_ref().is_some_and(|a| a.get(arg::DEAD_LETTER_EXCHANGE).is_some());
-    (r.claimed.exchanges.contains(&b.source)
-        && !wanted.contains(&Key::Exchange(&b.source))
+    (earlier(r, t, &b.source)
         && index.dead_lettering_to(&b.source, &b.routing_key).is_empty()
         && dead_letters
         && !moves_on(q))
     .then_some(t)
+}
+
+/// An exchange the renamed topology recorded and no longer has as one of its own. Not "one the
+/// spec no longer declares": another topology may share the old main exchange, and this one's
+/// publishers may still use it.
+fn earlier(r: &Retired, t: &Topology, exchange: &crate::model::ExchangeName) -> bool {
+    r.claimed.exchanges.contains(exchange)
+        && *exchange != t.exchange
+        && *exchange != t.retry_exchange
+        && *exchange != t.dead_letter_exchange
 }
 
 /// A queue that its TTL empties by itself: a wait queue.

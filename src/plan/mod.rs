@@ -217,6 +217,11 @@ pub struct Plan {
     /// Where producers publish: bindings from these let messages in, so they come last.
     #[serde(skip)]
     pub entry_exchanges: BTreeSet<ExchangeName>,
+    /// This spec's owners' records as they stand once the plan's `Record` steps are written,
+    /// still naming what the plan deletes: written again without it once the broker has
+    /// deleted it (`ownership::without`).
+    #[serde(skip)]
+    pub records: Vec<Record>,
 }
 
 /// When `apply` carries out a changing step. Nothing lets a message in before everything
@@ -467,6 +472,7 @@ impl<'t> Desired<'t> {
         let mut steps: Vec<Step> = self.objects.iter().map(|o| step(o, live, vhost, &index, options)).collect();
         let retired = self.retired(live);
         let mut leftovers = leftover::steps(self, live, options, &index, &retired);
+        let mut recorded = Vec::new();
         if live.bindings.is_none() {
             refuse_blind_moves(&index, live, &mut steps);
         }
@@ -474,16 +480,15 @@ impl<'t> Desired<'t> {
         if let Some(records) = live.records.read() {
             refuse_what_others_own(vhost, self.topologies, &self.objects, records, &mut steps);
             leave_what_others_own(self.topologies, records, &mut leftovers);
-            let mut deleted = ownership::Deleted::default();
-            for step in &leftovers {
-                match step {
-                    Step::Delete { queue, .. } => _ = deleted.queues.insert(queue),
-                    Step::DeleteExchange { exchange } => _ = deleted.exchanges.insert(exchange),
-                    _ => {}
-                }
-            }
-            let records = ownership::updated(vhost, self.topologies, live, &deleted);
-            steps.extend(records.into_iter().map(|record| Step::Record {
+            let updated = ownership::updated(vhost, self.topologies, live);
+            let owners: FxHashSet<&Owner> = self.topologies.iter().map(|c| &c.topology.owner).collect();
+            recorded = records
+                .iter()
+                .filter(|r| owners.contains(&r.owner) && !updated.iter().any(|u| u.owner == r.owner))
+                .chain(&updated)
+                .cloned()
+                .collect();
+            steps.extend(updated.into_iter().map(|record| Step::Record {
                 owner: record.owner.clone(),
                 topologies: record.topologies.keys().cloned().collect(),
                 record,
@@ -502,8 +507,16 @@ impl<'t> Desired<'t> {
             .filter_map(|q| live.queues.get(&q.name).map(|l| (q, l)))
             .flat_map(|(q, l)| overrides(q, l))
             .collect();
-        let entry_exchanges = self.topologies.iter().map(|t| t.topology.exchange.clone()).collect();
-        Plan { vhost: vhost.to_string(), steps, overrides, entry_exchanges }
+        // An earlier main exchange bound into a renamed main queue lets messages in as well.
+        let repointed = steps.iter().filter_map(|s| match s {
+            Step::Create { object: Object::Binding(b) } if !self.keys.contains(&Key::Binding(b)) => {
+                Some(b.source.clone())
+            }
+            _ => None,
+        });
+        let entry_exchanges =
+            self.topologies.iter().map(|t| t.topology.exchange.clone()).chain(repointed.collect::<Vec<_>>()).collect();
+        Plan { vhost: vhost.to_string(), steps, overrides, entry_exchanges, records: recorded }
     }
 }
 

@@ -172,15 +172,10 @@ pub fn records(vhost: &str, topologies: &[&CompiledTopology]) -> Vec<Record> {
 /// exists (a renamed queue stays its own until it is moved and deleted); a recorded topology no
 /// longer in the spec stays recorded, still to be retired.
 ///
-/// `deleted`: what the same plan deletes (`--prune`), no longer claimed once it ran.
-/// The queues and exchanges a plan deletes.
-#[derive(Default)]
-pub struct Deleted<'a> {
-    pub queues: FxHashSet<&'a QueueName>,
-    pub exchanges: FxHashSet<&'a ExchangeName>,
-}
-
-pub fn updated(vhost: &str, topologies: &[&CompiledTopology], live: &Live, deleted: &Deleted) -> Vec<Record> {
+/// What the plan deletes stays claimed: the record is written before anything changes, and an
+/// object leaves it only once the broker has deleted it (`without`, after the removals; or the
+/// next plan, which no longer sees it). A run stopped before a deletion leaves it recorded.
+pub fn updated(vhost: &str, topologies: &[&CompiledTopology], live: &Live) -> Vec<Record> {
     let Some(records) = live.records.read() else { return Vec::new() };
     let mut next: BTreeMap<&Owner, Record> = BTreeMap::new();
     for c in topologies {
@@ -193,15 +188,8 @@ pub fn updated(vhost: &str, topologies: &[&CompiledTopology], live: &Live, delet
         });
         let mut claimed = claimed(c);
         if let Some(old) = before.and_then(|r| r.topologies.get(&t.name)) {
-            claimed.exchanges.extend(
-                old.exchanges
-                    .iter()
-                    .filter(|e| live.exchanges.contains_key(*e) && !deleted.exchanges.contains(e))
-                    .cloned(),
-            );
-            claimed.queues.extend(
-                old.queues.iter().filter(|q| live.queues.contains_key(*q) && !deleted.queues.contains(q)).cloned(),
-            );
+            claimed.exchanges.extend(old.exchanges.iter().filter(|e| live.exchanges.contains_key(*e)).cloned());
+            claimed.queues.extend(old.queues.iter().filter(|q| live.queues.contains_key(*q)).cloned());
         }
         record.topologies.insert(t.name.clone(), claimed);
     }
@@ -209,19 +197,39 @@ pub fn updated(vhost: &str, topologies: &[&CompiledTopology], live: &Live, delet
     // queue and exchange.
     let spec: FxHashSet<(&Owner, &str)> =
         topologies.iter().map(|c| (&c.topology.owner, c.topology.name.as_str())).collect();
-    let in_spec = |owner: &Owner, name: &str| spec.contains(&(owner, name));
     for record in next.values_mut() {
         let owner = record.owner.clone();
         record.topologies.retain(|name, claimed| {
-            if in_spec(&owner, name) {
+            if spec.contains(&(&owner, name.as_str())) {
                 return true;
             }
-            claimed.queues.retain(|q| live.queues.contains_key(q) && !deleted.queues.contains(q));
-            claimed.exchanges.retain(|e| live.exchanges.contains_key(e) && !deleted.exchanges.contains(e));
+            claimed.queues.retain(|q| live.queues.contains_key(q));
+            claimed.exchanges.retain(|e| live.exchanges.contains_key(e));
             !claimed.queues.is_empty() || !claimed.exchanges.is_empty()
         });
     }
     next.into_values().filter(|r| !records.contains(r)).collect()
+}
+
+/// `record` once the broker has deleted `queues` and `exchanges`: a topology with nothing left
+/// (a retired one) leaves it. `None` when it names none of them.
+pub fn without(
+    record: &Record,
+    queues: &FxHashSet<&QueueName>,
+    exchanges: &FxHashSet<&ExchangeName>,
+) -> Option<Record> {
+    let names =
+        |c: &Claimed| c.queues.iter().any(|q| queues.contains(q)) || c.exchanges.iter().any(|e| exchanges.contains(e));
+    if !record.topologies.values().any(names) {
+        return None;
+    }
+    let mut after = record.clone();
+    after.topologies.retain(|_, claimed| {
+        claimed.queues.retain(|q| !queues.contains(q));
+        claimed.exchanges.retain(|e| !exchanges.contains(e));
+        !claimed.queues.is_empty() || !claimed.exchanges.is_empty()
+    });
+    Some(after)
 }
 
 #[cfg(test)]
@@ -239,7 +247,7 @@ mod tests {
     fn records_of(toml: &str) -> Vec<Record> {
         let c = compiled(toml);
         let live = Live { records: Records::Read(Vec::new()), ..Live::default() };
-        updated("/", &c.iter().collect::<Vec<_>>(), &live, &Deleted::default())
+        updated("/", &c.iter().collect::<Vec<_>>(), &live)
     }
 
     fn taken_names(toml: &str, records: &[Record]) -> Vec<String> {
@@ -277,15 +285,9 @@ mod tests {
         );
         let c = compiled(TEAM_A);
         let live = Live { records: Records::Read(records), ..Live::default() };
-        assert!(
-            updated("/", &c.iter().collect::<Vec<_>>(), &live, &Deleted::default()).is_empty(),
-            "in sync: nothing to write"
-        );
+        assert!(updated("/", &c.iter().collect::<Vec<_>>(), &live).is_empty(), "in sync: nothing to write");
         let unread = Live::default();
-        assert!(
-            updated("/", &c.iter().collect::<Vec<_>>(), &unread, &Deleted::default()).is_empty(),
-            "records not read: none written"
-        );
+        assert!(updated("/", &c.iter().collect::<Vec<_>>(), &unread).is_empty(), "records not read: none written");
     }
 
     #[test]
@@ -297,7 +299,7 @@ mod tests {
         let mut live = Live { records: Records::Read(before), ..Live::default() };
         live.queues.insert("orders".into(), Default::default());
         live.queues.insert("gone".into(), Default::default());
-        let after = updated("/", &renamed.iter().collect::<Vec<_>>(), &live, &Deleted::default());
+        let after = updated("/", &renamed.iter().collect::<Vec<_>>(), &live);
         let orders = &after[0].topologies["orders"];
         assert!(orders.queues.contains("orders") && orders.queues.contains("orders-v2"), "{orders:?}");
         assert!(!orders.queues.contains("orders.dlq"), "recorded, gone from the broker and the spec: dropped");
@@ -308,7 +310,7 @@ mod tests {
             "still to be retired: {gone:?}"
         );
         live.queues.remove("gone");
-        let after = updated("/", &renamed.iter().collect::<Vec<_>>(), &live, &Deleted::default());
+        let after = updated("/", &renamed.iter().collect::<Vec<_>>(), &live);
         assert!(!after[0].topologies.contains_key("gone"), "retired: its last queue went");
     }
 

@@ -679,9 +679,26 @@ fn a_retired_topologys_exchanges_go_with_prune_once_nothing_uses_them() {
     let pruned = plan("/", &[&orders[0]], &live, &prune(true));
     let deleted: Vec<(String, bool)> = ["old", "old.dlx", "old.retry"].iter().map(|n| (n.to_string(), true)).collect();
     assert_eq!(exchanges(&pruned), deleted);
+    // Still recorded while the deletions are only planned (a run stopped before them leaves the
+    // exchanges claimed); once the broker has deleted them, the topology leaves the record.
     let record =
         pruned.steps.iter().find_map(|s| if let Step::Record { record, .. } = s { Some(record) } else { None });
-    assert!(record.is_some_and(|r| !r.topologies.contains_key("old")), "leaves the record: {record:#?}");
+    assert!(record.is_none_or(|r| r.topologies.contains_key("old")), "{record:#?}");
+    assert!(pruned.records.iter().any(|r| r.topologies.contains_key("old")), "{:#?}", pruned.records);
+    let exchanges: rustc_hash::FxHashSet<&crate::model::ExchangeName> = pruned
+        .steps
+        .iter()
+        .filter_map(|s| if let Step::DeleteExchange { exchange } = s { Some(exchange) } else { None })
+        .collect();
+    let after: Vec<_> = pruned
+        .records
+        .iter()
+        .filter_map(|r| super::ownership::without(r, &rustc_hash::FxHashSet::default(), &exchanges))
+        .collect();
+    assert!(
+        !after.is_empty() && after.iter().all(|r| !r.topologies.contains_key("old")),
+        "leaves the record: {after:#?}"
+    );
     let deletes = super::phases(&pruned).removals.concat();
     assert!(
         pruned.steps.iter().enumerate().all(|(i, s)| !matches!(s, Step::DeleteExchange { .. }) || deletes.contains(&i))
@@ -693,4 +710,28 @@ fn a_retired_topologys_exchanges_go_with_prune_once_nothing_uses_them() {
     let audited = plan("/", &[&orders[0]], &live, &prune(true));
     assert!(audited.steps.iter().any(|s| matches!(s,
         Step::KeptExchange { exchange, kept_because: Kept::Routes { bindings: 1 } } if exchange == "old")));
+}
+
+/// Two topologies share a main exchange and one renames its exchange and queue: the shared one
+/// is still declared (the other's), yet it is this one's earlier exchange, and its publishers
+/// keep a route into the new queue before the old intake goes.
+#[test]
+fn a_shared_earlier_main_exchange_is_bound_into_the_renamed_queue_first() {
+    let shared = "[topology.a]\nexchange = \"payments\"\nrouting_keys = [\"a\"]\ndelays = [\"5s\"]\n\n[topology.b]\nexchange = \"payments\"\nrouting_keys = [\"b\"]\ndelays = [\"5s\"]\n";
+    let before = compiled(shared);
+    let mut live = live_from(&before.iter().flat_map(|c| c.objects.clone()).collect::<Vec<_>>());
+    live.records = crate::live::Records::Read(super::ownership::records("/", &before.iter().collect::<Vec<_>>()));
+    let after =
+        compiled(&shared.replacen("exchange = \"payments\"", "exchange = \"payments-v2\"\nqueue = \"a-v2\"", 1));
+    let p = plan("/", &after.iter().collect::<Vec<_>>(), &live, &prune(false));
+    let repointed = Binding::to_queue("payments", "a-v2", "a");
+    let created =
+        p.steps.iter().position(|s| matches!(s, Step::Create { object: Object::Binding(b) } if *b == repointed));
+    assert!(created.is_some(), "{:#?}", p.steps);
+    assert!(
+        p.steps
+            .iter()
+            .any(|s| matches!(s, Step::Unbind { binding } if *binding == Binding::to_queue("payments", "a", "a")))
+    );
+    assert!(super::phases(&p).of(Phase::EntryBindings).contains(&created.unwrap()), "bound with the entry bindings");
 }
